@@ -1,0 +1,167 @@
+//! Valid manifests: the shipped example parses, defaults are filled, names are normalized, and
+//! `load` checks the disk.
+
+use std::fs;
+use std::path::Path;
+
+use af_manifest::{
+    CannedResponse, DatabaseProvider, EnvValue, HostRule, ImageSource, MailPolicy, ManifestCode,
+    Provider,
+};
+
+fn example_path() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/shop/af.yaml")
+}
+
+#[test]
+fn the_shop_example_is_valid_and_means_what_it_says() {
+    let manifest = af_manifest::load(example_path()).unwrap();
+    assert_eq!(manifest.name, "shop");
+    assert_eq!(manifest.runtime.provider, Provider::Local);
+    assert_eq!(
+        manifest.runtime.domain.as_deref(),
+        Some("preview.shop.example")
+    );
+
+    let web = &manifest.services["web"];
+    assert_eq!(web.source, ImageSource::Image("shop/web:dev".into()));
+    assert_eq!(web.port, Some(8080));
+    assert!(web.web);
+    assert_eq!(web.replicas, 2);
+    assert_eq!(web.resources.cpu.as_ref().unwrap().milli_value(), 250);
+    assert_eq!(
+        web.resources.memory.as_ref().unwrap().value_rounded_up(),
+        128 << 20
+    );
+    assert_eq!(
+        web.migrate.as_deref(),
+        Some(&["/web".to_string(), "migrate".to_string()][..])
+    );
+    assert_eq!(
+        web.env["SESSION_SECRET"],
+        EnvValue::FromEnv("SHOP_SESSION_SECRET".into())
+    );
+    assert_eq!(web.depends_on, vec!["worker".to_string()]);
+
+    let worker = &manifest.services["worker"];
+    assert_eq!(
+        worker.env["SMTP_PORT"],
+        EnvValue::Literal("587".into()),
+        "numbers keep their text"
+    );
+    assert_eq!(
+        worker.resources.cpu, None,
+        "an unnamed dimension stays unnamed"
+    );
+    assert_eq!(worker.replicas, 1);
+
+    let report = &manifest.services["nightly-report"];
+    assert_eq!(report.cron.as_ref().unwrap().as_str(), "0 3 * * *");
+    assert_eq!(report.port, None);
+
+    assert_eq!(
+        manifest.egress.allow[1],
+        HostRule::Wildcard("pythonhosted.org".into())
+    );
+    assert_eq!(manifest.egress.capture[0].response.status, 200);
+    assert_eq!(
+        manifest.egress.capture[1].response,
+        CannedResponse::default()
+    );
+    assert_eq!(manifest.egress.mail, MailPolicy::Capture);
+    let database = manifest.database.as_ref().unwrap();
+    assert!(matches!(
+        database.provider,
+        DatabaseProvider::Container { .. }
+    ));
+    assert_eq!(database.env, "DATABASE_URL");
+
+    let order: Vec<&str> = manifest
+        .services_in_start_order()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(order, ["nightly-report", "worker", "web"]);
+}
+
+#[test]
+fn defaults_and_normalization() {
+    let manifest = af_manifest::parse(
+        "name: app\nruntime: {provider: kubernetes, domain: Preview.Example.COM.}\nservices:\n  api: {build: ./api}\negress:\n  allow: [API.Example.com.]\n  capture: [hooks.example.com]\n",
+        "af.yaml",
+    )
+    .unwrap();
+    assert_eq!(manifest.runtime.namespace_prefix, "af-");
+    assert_eq!(manifest.runtime.kubeconfig_context, None);
+    assert_eq!(
+        manifest.runtime.domain.as_deref(),
+        Some("preview.example.com")
+    );
+    assert_eq!(
+        manifest.services["api"].source,
+        ImageSource::Build {
+            context: "./api".into(),
+            dockerfile: "Dockerfile".into()
+        }
+    );
+    assert_eq!(
+        manifest.egress.allow,
+        vec![HostRule::Exact("api.example.com".into())]
+    );
+    assert_eq!(
+        manifest.egress.mail,
+        MailPolicy::Deny,
+        "mail is denied unless captured"
+    );
+    assert_eq!(manifest.database, None);
+}
+
+#[test]
+fn external_database_reads_its_url_from_the_environment() {
+    let manifest = af_manifest::parse(
+        "name: app\nruntime: {provider: local}\nservices: {api: {image: a}}\ndatabase: {provider: external, url_from_env: STAGING_DB}\n",
+        "af.yaml",
+    )
+    .unwrap();
+    let database = manifest.database.unwrap();
+    assert_eq!(
+        database.provider,
+        DatabaseProvider::External {
+            url_from_env: "STAGING_DB".into()
+        }
+    );
+}
+
+#[test]
+fn normalized_manifest_serializes_for_machines() {
+    let manifest = af_manifest::load(example_path()).unwrap();
+    let json = serde_json::to_value(&manifest).unwrap();
+    assert_eq!(json["services"]["web"]["resources"]["cpu"], "250m");
+    assert_eq!(json["egress"]["allow"][1], "*.pythonhosted.org");
+    assert_eq!(json["services"]["nightly-report"]["cron"], "0 3 * * *");
+}
+
+#[test]
+fn an_unreadable_file_is_reported_with_its_code() {
+    let err = af_manifest::load("/nonexistent/af.yaml").unwrap_err();
+    assert_eq!(err.problems[0].code, ManifestCode::Unreadable);
+    assert_eq!(err.problems[0].location, None);
+}
+
+#[test]
+fn a_missing_build_context_is_reported_where_it_was_written() {
+    let dir = std::env::temp_dir().join(format!("af-manifest-test-{}", std::process::id()));
+    fs::create_dir_all(dir.join("present")).unwrap();
+    let path = dir.join("af.yaml");
+    fs::write(
+        &path,
+        "name: app\nruntime: {provider: local}\nservices:\n  ok: {build: ./present}\n  broken:\n    build: {context: ./absent}\n",
+    )
+    .unwrap();
+    let err = af_manifest::load(&path).unwrap_err();
+    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(err.problems.len(), 1, "{:?}", err.problems);
+    assert_eq!(err.problems[0].code, ManifestCode::BuildContextMissing);
+    let at = err.problems[0].location.unwrap();
+    assert_eq!((at.line, at.column), (6, 5));
+}
