@@ -184,15 +184,26 @@ fn read_runtime(
     let namespace_prefix = optional(fields.get("namespace_prefix"), |n| {
         let prefix = reader.string(n, "runtime.namespace_prefix")?;
         // A prefix is the start of a label: the same rule, except that it may end with '-'.
-        let as_label = format!("{prefix}x");
-        check_label(
-            reader,
-            &as_label,
-            location_of(n),
-            "runtime.namespace_prefix",
-            MAX_NAMESPACE_PREFIX_LEN + 1,
-        )
-        .then_some(prefix)
+        let problem = if prefix.len() > MAX_NAMESPACE_PREFIX_LEN {
+            Some(format!(
+                "it is {} characters long; at most {MAX_NAMESPACE_PREFIX_LEN} fit beside the environment id",
+                prefix.len()
+            ))
+        } else {
+            label_problem(&format!("{prefix}x"), usize::MAX)
+        };
+        match problem {
+            None => Some(prefix),
+            Some(problem) => {
+                reader.report(
+                    ManifestCode::InvalidName,
+                    location_of(n),
+                    format!("runtime.namespace_prefix {prefix:?} cannot start a namespace name: {problem}"),
+                    "use lower-case letters, digits and '-', starting with a letter, such as \"af-\"",
+                );
+                None
+            }
+        }
     });
     let domain = optional(fields.get("domain"), |n| {
         let domain = reader.string(n, "runtime.domain")?;

@@ -345,8 +345,9 @@ impl<'s> Reader<'s> {
     }
 }
 
-/// The known word closest to a mistyped one, if any is close: within two edits, or equal once case,
-/// '_' and '-' are ignored (`healthPath` for `health_path`).
+/// The known word closest to a mistyped one, if any is close: within one edit per three letters
+/// (a swap of neighbours counts as one), once case, '_' and '-' are ignored (`healthPath` for
+/// `health_path`, `prot` for `port`, but nothing for `db`).
 pub(crate) fn closest<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
     let fold = |s: &str| {
         s.chars()
@@ -355,10 +356,11 @@ pub(crate) fn closest<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
             .collect::<String>()
     };
     let folded = fold(word);
+    let allowed = (folded.chars().count() / 3).max(1);
     known
         .iter()
-        .map(|k| (strsim::levenshtein(&fold(k), &folded), *k))
-        .filter(|(distance, _)| *distance <= 2)
+        .map(|k| (strsim::osa_distance(&fold(k), &folded), *k))
+        .filter(|(distance, _)| *distance <= allowed)
         .min()
         .map(|(_, k)| k)
 }
@@ -374,5 +376,7 @@ mod tests {
         assert_eq!(closest("prot", &known), Some("port"));
         assert_eq!(closest("replica", &known), Some("replicas"));
         assert_eq!(closest("something", &known), None);
+        assert_eq!(closest("prot", &["cron", "port"]), Some("port"));
+        assert_eq!(closest("db", &["web", "worker"]), None);
     }
 }

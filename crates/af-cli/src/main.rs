@@ -1,0 +1,48 @@
+//! `af`: environments ("twins") of a multi-service app from a manifest.
+
+mod cli;
+mod environment_name;
+mod exit;
+mod problem_report;
+mod validate;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+
+use crate::cli::{Cli, Command};
+use crate::exit::Exit;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.global.verbose);
+    let outcome = match &cli.command {
+        Command::Validate(args) => validate::run(args, &cli.global.manifest, cli.global.json),
+        Command::Completion { shell } => {
+            clap_complete::generate(*shell, &mut Cli::command(), "af", &mut std::io::stdout());
+            Ok(Exit::Success)
+        }
+    };
+    let exit = outcome.unwrap_or_else(|err| {
+        eprintln!("af: internal error: {err:#}");
+        Exit::Internal
+    });
+    ExitCode::from(exit.status())
+}
+
+/// Diagnostics on standard error: warnings by default, more with each -v. `RUST_LOG` overrides.
+fn init_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+}

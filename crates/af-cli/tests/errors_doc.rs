@@ -1,0 +1,33 @@
+//! docs/errors.md has an entry for every code the code can produce, and none for a code that does
+//! not exist: docs follow code.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use af_manifest::ManifestCode;
+use af_runtime::RunCode;
+
+#[test]
+fn errors_md_documents_exactly_the_existing_codes() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/errors.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let documented: BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    let existing: BTreeSet<String> = ManifestCode::ALL
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .chain(RunCode::ALL.iter().map(|c| c.as_str().to_string()))
+        .collect();
+    assert_eq!(
+        documented, existing,
+        "docs/errors.md headings vs the codes in the code"
+    );
+    for code in RunCode::ALL {
+        let row = format!("| {} | {}:", code.exit_status(), code.as_str());
+        assert!(doc.contains(&row), "the exit status table lacks {row}");
+    }
+}

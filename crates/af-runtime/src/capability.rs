@@ -1,0 +1,105 @@
+//! What a runtime can do. A runtime declares its capabilities; asking for one it lacks is an
+//! AF-RUN-044 error naming the runtime, never a quiet fallback to another runtime.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::error::{RuntimeError, RuntimeErrorKind};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    /// `af net log`: the sidecar's decision log.
+    NetLog,
+    /// `af inbox`: captured requests and mail.
+    Inbox,
+    /// `af webhook trigger`: the sidecar delivering a request to a service.
+    WebhookTrigger,
+    /// Preview URLs for web services.
+    PreviewUrls,
+    /// `database.provider: container`: a database branch running beside the environment.
+    ContainerDatabase,
+    /// Readiness counts any HTTP answer on `health_path` (the local runtime); without it, only
+    /// 2xx/3xx count (Kubernetes decides readiness itself).
+    AnyStatusIsReady,
+}
+
+impl Capability {
+    /// The capability in words, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Capability::NetLog => "reading the sidecar's decision log (af net log)",
+            Capability::Inbox => "reading the capture inbox (af inbox)",
+            Capability::WebhookTrigger => {
+                "delivering webhooks through the sidecar (af webhook trigger)"
+            }
+            Capability::PreviewUrls => "preview URLs for web services",
+            Capability::ContainerDatabase => {
+                "a database branch in a container (database.provider: container)"
+            }
+            Capability::AnyStatusIsReady => "treating any HTTP status on health_path as ready",
+        }
+    }
+}
+
+/// The capabilities one runtime declares.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    runtime: String,
+    supported: BTreeSet<Capability>,
+}
+
+impl Capabilities {
+    pub fn new(
+        runtime: impl Into<String>,
+        supported: impl IntoIterator<Item = Capability>,
+    ) -> Self {
+        Capabilities {
+            runtime: runtime.into(),
+            supported: supported.into_iter().collect(),
+        }
+    }
+
+    pub fn supports(&self, capability: Capability) -> bool {
+        self.supported.contains(&capability)
+    }
+
+    /// `Ok` when supported; otherwise the AF-RUN-044 error that names this runtime.
+    pub fn require(&self, capability: Capability) -> Result<(), RuntimeError> {
+        if self.supports(capability) {
+            Ok(())
+        } else {
+            Err(self.unsupported(capability))
+        }
+    }
+
+    /// The AF-RUN-044 error saying this runtime does not support `capability`.
+    pub fn unsupported(&self, capability: Capability) -> RuntimeError {
+        RuntimeErrorKind::Unsupported {
+            runtime: self.runtime.clone(),
+            capability,
+        }
+        .into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::RunCode;
+
+    #[test]
+    fn a_missing_capability_is_af_run_044_naming_the_runtime() {
+        let caps = Capabilities::new("kubernetes", [Capability::PreviewUrls]);
+        assert!(caps.require(Capability::PreviewUrls).is_ok());
+        let err = caps.require(Capability::NetLog).unwrap_err();
+        assert_eq!(err.code(), RunCode::Unsupported);
+        assert!(
+            err.to_string().contains(
+                "the kubernetes runtime does not support reading the sidecar's decision log"
+            ),
+            "{err}"
+        );
+    }
+}

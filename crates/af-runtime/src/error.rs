@@ -1,0 +1,219 @@
+//! AF-RUN-* errors: what a runtime could not do, which object it concerns, and what to do next.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::capability::Capability;
+
+/// The codes a runtime error can carry. 043, 044, 045 and 047 are fixed by the specification (seed
+/// 000) and keep those numbers; the others are assigned as runtimes need them, never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunCode {
+    /// The containment probe saw a route out (or could not tell): the environment did not start.
+    ContainmentRefused,
+    /// The runtime does not support what was asked.
+    Unsupported,
+    /// An object with our name exists but does not carry our label: someone else's.
+    NotOurs,
+    /// The environment's sizes do not fit in what the platform has free.
+    DoesNotFit,
+}
+
+impl RunCode {
+    pub const ALL: [RunCode; 4] = [
+        RunCode::ContainmentRefused,
+        RunCode::Unsupported,
+        RunCode::NotOurs,
+        RunCode::DoesNotFit,
+    ];
+
+    /// The process exit status for an error with this code: the code's own number, so that
+    /// status 43 is AF-RUN-043 wherever it is seen. Statuses 0-3 belong to the CLI itself.
+    pub fn exit_status(self) -> u8 {
+        match self {
+            RunCode::ContainmentRefused => 43,
+            RunCode::Unsupported => 44,
+            RunCode::NotOurs => 45,
+            RunCode::DoesNotFit => 47,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunCode::ContainmentRefused => "AF-RUN-043",
+            RunCode::Unsupported => "AF-RUN-044",
+            RunCode::NotOurs => "AF-RUN-045",
+            RunCode::DoesNotFit => "AF-RUN-047",
+        }
+    }
+}
+
+impl fmt::Display for RunCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for RunCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A route the containment probe tried, and what it saw.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RouteFinding {
+    /// The route, as the probe names it (e.g. `direct TCP to 192.0.2.10:443`).
+    pub route: String,
+    /// `escaped` or `unanswered`; a denied route is not a finding.
+    pub outcome: String,
+}
+
+/// What went wrong, with the facts each case needs to be acted on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RuntimeErrorKind {
+    ContainmentRefused {
+        /// The routes that got out or could not be judged; never empty.
+        findings: Vec<RouteFinding>,
+    },
+    Unsupported {
+        runtime: String,
+        capability: Capability,
+    },
+    NotOurs {
+        /// `namespace`, `container`, `network`, ...
+        object_kind: String,
+        name: String,
+    },
+    DoesNotFit {
+        /// Each shortfall, in words (`service web needs 4 CPU per instance; the largest node has 2
+        /// free`).
+        shortfalls: Vec<String>,
+    },
+}
+
+/// An error from a runtime, carrying its code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+pub struct RuntimeError {
+    #[serde(flatten)]
+    pub kind: RuntimeErrorKind,
+}
+
+impl RuntimeError {
+    pub fn code(&self) -> RunCode {
+        match self.kind {
+            RuntimeErrorKind::ContainmentRefused { .. } => RunCode::ContainmentRefused,
+            RuntimeErrorKind::Unsupported { .. } => RunCode::Unsupported,
+            RuntimeErrorKind::NotOurs { .. } => RunCode::NotOurs,
+            RuntimeErrorKind::DoesNotFit { .. } => RunCode::DoesNotFit,
+        }
+    }
+
+    /// What happened, naming the object.
+    pub fn message(&self) -> String {
+        match &self.kind {
+            RuntimeErrorKind::ContainmentRefused { findings } => {
+                let routes: Vec<String> = findings
+                    .iter()
+                    .map(|f| format!("{} ({})", f.route, f.outcome))
+                    .collect();
+                format!(
+                    "the containment probe got out, or could not tell, by: {}; no service image ran",
+                    routes.join(", ")
+                )
+            }
+            RuntimeErrorKind::Unsupported {
+                runtime,
+                capability,
+            } => format!(
+                "the {runtime} runtime does not support {}",
+                capability.describe()
+            ),
+            RuntimeErrorKind::NotOurs { object_kind, name } => format!(
+                "{object_kind} {name:?} exists but does not carry the label dev.antifailure.managed=true, so it is not af's"
+            ),
+            RuntimeErrorKind::DoesNotFit { shortfalls } => format!(
+                "the environment does not fit in what is free: {}",
+                shortfalls.join("; ")
+            ),
+        }
+    }
+
+    /// What to do next.
+    pub fn help(&self) -> String {
+        match &self.kind {
+            RuntimeErrorKind::ContainmentRefused { .. } => "this is a statement about the platform, not the runtime: use one whose network enforces the environment's isolation (on Kubernetes, a CNI that enforces NetworkPolicy); `af down` removes what was created".to_string(),
+            RuntimeErrorKind::Unsupported { .. } => "use a runtime that supports it (runtime.provider in the manifest), or leave the feature out".to_string(),
+            RuntimeErrorKind::NotOurs { .. } => "af never removes or reuses what it did not create: rename or remove that object yourself, or use another --env".to_string(),
+            RuntimeErrorKind::DoesNotFit { .. } => "lower services.<name>.resources or replicas, or free capacity on the platform".to_string(),
+        }
+    }
+}
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code(), self.message())
+    }
+}
+
+impl From<RuntimeErrorKind> for RuntimeError {
+    fn from(kind: RuntimeErrorKind) -> Self {
+        RuntimeError { kind }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fixed_numbers_stay_fixed() {
+        let codes: Vec<&str> = RunCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            codes,
+            ["AF-RUN-043", "AF-RUN-044", "AF-RUN-045", "AF-RUN-047"]
+        );
+    }
+
+    #[test]
+    fn exit_statuses_are_the_code_numbers() {
+        for code in RunCode::ALL {
+            let number: u8 = code.as_str().trim_start_matches("AF-RUN-").parse().unwrap();
+            assert_eq!(code.exit_status(), number);
+        }
+    }
+
+    #[test]
+    fn containment_refusal_names_each_route() {
+        let err = RuntimeError::from(RuntimeErrorKind::ContainmentRefused {
+            findings: vec![
+                RouteFinding {
+                    route: "direct TCP to 192.0.2.10:443".into(),
+                    outcome: "escaped".into(),
+                },
+                RouteFinding {
+                    route: "metadata 169.254.169.254:80".into(),
+                    outcome: "unanswered".into(),
+                },
+            ],
+        });
+        assert_eq!(err.code(), RunCode::ContainmentRefused);
+        let text = err.to_string();
+        assert!(text.starts_with("AF-RUN-043 "), "{text}");
+        assert!(text.contains("192.0.2.10:443 (escaped)"), "{text}");
+        assert!(text.contains("169.254.169.254:80 (unanswered)"), "{text}");
+    }
+
+    #[test]
+    fn serializes_with_code_kind_and_facts() {
+        let err = RuntimeError::from(RuntimeErrorKind::NotOurs {
+            object_kind: "namespace".into(),
+            name: "af-shop-main".into(),
+        });
+        let json = serde_json::to_value(&err).unwrap();
+        assert_eq!(json["kind"], "not_ours");
+        assert_eq!(json["name"], "af-shop-main");
+    }
+}

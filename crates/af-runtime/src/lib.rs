@@ -1,0 +1,33 @@
+//! The contract between the `af` CLI and the places environments run.
+//!
+//! - [`Runtime`]: `up`, `down`, `status`, `logs`, and the sidecar reads, implemented once per
+//!   platform (Docker, Kubernetes).
+//! - [`Capabilities`]: what a runtime supports; a missing one is AF-RUN-044, never a fallback.
+//! - [`ProgressEvent`]: how a runtime reports what it is doing; the CLI renders it.
+//! - [`RuntimeError`]: AF-RUN-* errors, with the specification's fixed numbers (043 containment,
+//!   044 unsupported, 045 not ours, 047 does not fit).
+
+mod capability;
+mod error;
+mod progress;
+mod runtime;
+mod sidecar;
+
+pub use capability::{Capabilities, Capability};
+pub use error::{RouteFinding, RunCode, RuntimeError, RuntimeErrorKind};
+pub use progress::{ProgressEvent, ProgressSink, Step};
+pub use runtime::{
+    ContainmentSummary, Environment, EnvironmentStatus, LogLine, LogStream, Runtime, ServiceStatus,
+    UpReport,
+};
+pub use sidecar::{
+    CapturedItem, DecisionQuery, DecisionRecord, InboxEntry, Verdict, WebhookDelivery,
+    WebhookRequest,
+};
+
+/// The label every object af creates carries, set in the creating call. Teardown deletes only what
+/// carries it; an object with our name and without it is someone else's (AF-RUN-045).
+pub const MANAGED_LABEL: &str = "dev.antifailure.managed";
+
+/// The label carrying the environment id, beside [`MANAGED_LABEL`].
+pub const ENVIRONMENT_LABEL: &str = "dev.antifailure.environment";

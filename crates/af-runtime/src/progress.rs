@@ -1,0 +1,88 @@
+//! Progress: a runtime reports what it is doing as a stream of events; the CLI alone decides how
+//! to show them (a live display on a terminal, JSON lines with `--json`). Nothing else prints.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// A step of bringing an environment up or down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    Images,
+    FitCheck,
+    Namespace,
+    Networks,
+    Policies,
+    Probe,
+    Sidecar,
+    Migrations,
+    Services,
+    Readiness,
+    Teardown,
+}
+
+/// One thing that happened.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ProgressEvent {
+    StepStarted {
+        step: Step,
+        detail: String,
+    },
+    StepFinished {
+        step: Step,
+        #[serde(with = "millis")]
+        elapsed: Duration,
+    },
+    /// Still waiting, and on what; repeated while the wait lasts so a person sees it is alive.
+    Waiting {
+        step: Step,
+        on: String,
+        #[serde(with = "millis")]
+        elapsed: Duration,
+    },
+    /// A service's published address.
+    Url {
+        service: String,
+        url: String,
+    },
+    /// Something a person should know that is not a failure (a check that could not run, say).
+    Notice {
+        message: String,
+    },
+}
+
+/// Where a runtime sends its progress.
+pub trait ProgressSink: Send + Sync {
+    fn emit(&self, event: ProgressEvent);
+}
+
+/// Durations as whole milliseconds, the unit a JSON consumer expects.
+mod millis {
+    use std::time::Duration;
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_serialize_as_tagged_json_lines() {
+        let event = ProgressEvent::Waiting {
+            step: Step::Readiness,
+            on: "web (1/2 ready)".into(),
+            elapsed: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            serde_json::to_string(&event).unwrap(),
+            r#"{"event":"waiting","step":"readiness","on":"web (1/2 ready)","elapsed":1500}"#
+        );
+    }
+}

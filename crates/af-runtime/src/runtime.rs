@@ -1,0 +1,130 @@
+//! The one interface every runtime implements, and what it reports.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use af_manifest::{EnvironmentId, Manifest};
+use async_trait::async_trait;
+use futures_core::Stream;
+use serde::Serialize;
+
+use crate::capability::{Capabilities, Capability};
+use crate::error::RuntimeError;
+use crate::progress::ProgressSink;
+use crate::sidecar::{DecisionQuery, DecisionRecord, InboxEntry, WebhookDelivery, WebhookRequest};
+
+/// An environment to bring up: a validated manifest under a derived id.
+#[derive(Clone, Debug)]
+pub struct Environment {
+    pub id: EnvironmentId,
+    pub manifest: Manifest,
+    /// The manifest's folder; `build` contexts and seeds are relative to it.
+    pub manifest_dir: PathBuf,
+}
+
+/// What `up` leaves behind for the person who ran it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct UpReport {
+    /// True when the environment was already as the manifest says and nothing was changed.
+    pub unchanged: bool,
+    pub status: EnvironmentStatus,
+}
+
+/// The environment as the platform reports it, read off what is running rather than echoed from
+/// the manifest.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EnvironmentStatus {
+    pub id: EnvironmentId,
+    pub services: Vec<ServiceStatus>,
+    /// The last containment probe's verdict, if one ran.
+    pub containment: Option<ContainmentSummary>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServiceStatus {
+    pub name: String,
+    pub ready: u32,
+    pub wanted: u32,
+    /// Millicores applied to each instance, as the platform reports them.
+    pub applied_cpu_millis: Option<u64>,
+    /// Bytes of memory applied to each instance, as the platform reports them.
+    pub applied_memory_bytes: Option<u64>,
+    pub urls: Vec<String>,
+}
+
+/// The containment probe's last verdict, in brief.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContainmentSummary {
+    /// True only when every route was observed denied.
+    pub contained: bool,
+    /// RFC 3339 time of the probe.
+    pub checked_at: String,
+    /// `route: outcome` for every route tried.
+    pub routes: Vec<(String, String)>,
+}
+
+/// One line a service wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LogLine {
+    /// Which instance wrote it.
+    pub instance: String,
+    pub line: String,
+}
+
+pub type LogStream = Pin<Box<dyn Stream<Item = Result<LogLine, RuntimeError>> + Send>>;
+
+/// A place environments run: Docker on this machine, or a Kubernetes cluster.
+///
+/// The sidecar reads (`net_log`, `inbox`, `trigger_webhook`) default to the AF-RUN-044 error that
+/// names the runtime; a runtime that can reach its sidecar overrides them and declares the
+/// capability. One that cannot says so instead of answering from somewhere else.
+#[async_trait]
+pub trait Runtime: Send + Sync {
+    /// What this runtime supports; its name is the one errors carry.
+    fn capabilities(&self) -> &Capabilities;
+
+    /// Brings the environment to what its manifest says: idempotent, and refusing (AF-RUN-043)
+    /// before any service image runs when containment cannot be shown.
+    async fn up(
+        &self,
+        environment: &Environment,
+        progress: &dyn ProgressSink,
+    ) -> Result<UpReport, RuntimeError>;
+
+    /// Removes everything that carries the environment's label, and waits until it is gone.
+    async fn down(
+        &self,
+        id: &EnvironmentId,
+        progress: &dyn ProgressSink,
+    ) -> Result<(), RuntimeError>;
+
+    async fn status(&self, id: &EnvironmentId) -> Result<EnvironmentStatus, RuntimeError>;
+
+    /// A service's log lines; with `follow`, the stream continues as lines are written.
+    async fn logs(
+        &self,
+        id: &EnvironmentId,
+        service: &str,
+        follow: bool,
+    ) -> Result<LogStream, RuntimeError>;
+
+    async fn net_log(
+        &self,
+        _id: &EnvironmentId,
+        _query: &DecisionQuery,
+    ) -> Result<Vec<DecisionRecord>, RuntimeError> {
+        Err(self.capabilities().unsupported(Capability::NetLog))
+    }
+
+    async fn inbox(&self, _id: &EnvironmentId) -> Result<Vec<InboxEntry>, RuntimeError> {
+        Err(self.capabilities().unsupported(Capability::Inbox))
+    }
+
+    async fn trigger_webhook(
+        &self,
+        _id: &EnvironmentId,
+        _request: &WebhookRequest,
+    ) -> Result<WebhookDelivery, RuntimeError> {
+        Err(self.capabilities().unsupported(Capability::WebhookTrigger))
+    }
+}
