@@ -18,16 +18,30 @@ fn main() -> ExitCode {
     init_tracing(cli.global.verbose);
     let outcome = match &cli.command {
         Command::Validate(args) => validate::run(args, &cli.global.manifest, cli.global.json),
-        Command::Completion { shell } => {
-            clap_complete::generate(*shell, &mut Cli::command(), "af", &mut std::io::stdout());
-            Ok(Exit::Success)
-        }
+        Command::Completion { shell } => completion(*shell, cli.global.json),
     };
     let exit = outcome.unwrap_or_else(|err| {
         eprintln!("af: internal error: {err:#}");
         Exit::Internal
     });
     ExitCode::from(exit.status())
+}
+
+/// Prints the completion script; with `--json`, inside a JSON document so that every verb's
+/// output can be read the same way.
+fn completion(shell: clap_complete::Shell, json: bool) -> anyhow::Result<Exit> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "af", &mut script);
+    if json {
+        let document = serde_json::json!({
+            "shell": shell.to_string(),
+            "script": String::from_utf8(script)?,
+        });
+        println!("{document}");
+    } else {
+        std::io::Write::write_all(&mut std::io::stdout(), &script)?;
+    }
+    Ok(Exit::Success)
 }
 
 /// Diagnostics on standard error: warnings by default, more with each -v. `RUST_LOG` overrides.

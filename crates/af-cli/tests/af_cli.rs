@@ -173,6 +173,23 @@ fn completion_scripts_for_every_shell() {
             "{shell} completion lacks the verbs"
         );
     }
+    let out = af(&["--json", "completion", "fish"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["shell"], "fish");
+    assert!(json["script"].as_str().unwrap().contains("validate"));
+}
+
+#[test]
+fn verbose_says_what_it_reads_on_stderr() {
+    let out = af(&["-vv", "validate", "examples/shop/af.yaml", "--env", "main"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("validating manifest"),
+        "{}",
+        text(&out.stderr)
+    );
+    let quiet = af(&["validate", "examples/shop/af.yaml", "--env", "main"]);
+    assert!(text(&quiet.stderr).is_empty(), "{}", text(&quiet.stderr));
 }
 
 #[test]
