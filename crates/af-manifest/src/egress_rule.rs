@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::names::dns_name_problem;
 
@@ -38,6 +38,13 @@ impl fmt::Display for HostRule {
 impl Serialize for HostRule {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for HostRule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_host_rule(&text).map_err(serde::de::Error::custom)
     }
 }
 

@@ -29,7 +29,7 @@ pub use cron::CronSchedule;
 pub use decode::{DEFAULT_DATABASE_IMAGE, MAX_MANIFEST_NAME_LEN, MAX_SERVICE_NAME_LEN};
 pub use dependencies::find_cycles;
 pub use diagnostic::{InvalidManifest, Location, ManifestCode, Problem};
-pub use egress_rule::HostRule;
+pub use egress_rule::{HostRule, parse_host_rule};
 pub use environment_id::{EnvironmentId, MAX_ENVIRONMENT_ID_LEN, MAX_NAMESPACE_PREFIX_LEN};
 pub use model::{
     CannedResponse, CaptureRule, Database, DatabaseEngine, DatabaseProvider, EgressPolicy,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cron::CronSchedule;
 use crate::egress_rule::HostRule;
@@ -122,7 +122,11 @@ pub struct Resources {
 }
 
 /// What the environment may do outside itself. Anything neither allowed nor captured is denied.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+///
+/// It also deserializes (with the manifest's spelling), because the runtimes hand it to the sidecar
+/// in the sidecar's configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct EgressPolicy {
     /// Reached for real.
     pub allow: Vec<HostRule>,
@@ -132,14 +136,17 @@ pub struct EgressPolicy {
 }
 
 /// A host whose requests the sidecar answers itself, and with what.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CaptureRule {
     pub host: HostRule,
+    #[serde(default)]
     pub response: CannedResponse,
 }
 
 /// The response a captured request gets.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct CannedResponse {
     pub status: u16,
     pub content_type: String,
@@ -159,7 +166,7 @@ impl Default for CannedResponse {
 }
 
 /// Outbound mail (SMTP).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MailPolicy {
     /// Refused, like any other unlisted destination.

@@ -18,14 +18,17 @@ pub enum RunCode {
     NotOurs,
     /// The environment's sizes do not fit in what the platform has free.
     DoesNotFit,
+    /// The sidecar's configuration cannot be used; the sidecar serves nothing.
+    SidecarConfigInvalid,
 }
 
 impl RunCode {
-    pub const ALL: [RunCode; 4] = [
+    pub const ALL: [RunCode; 5] = [
         RunCode::ContainmentRefused,
         RunCode::Unsupported,
         RunCode::NotOurs,
         RunCode::DoesNotFit,
+        RunCode::SidecarConfigInvalid,
     ];
 
     /// The process exit status for an error with this code: the code's own number, so that
@@ -36,6 +39,7 @@ impl RunCode {
             RunCode::Unsupported => 44,
             RunCode::NotOurs => 45,
             RunCode::DoesNotFit => 47,
+            RunCode::SidecarConfigInvalid => 50,
         }
     }
 
@@ -45,6 +49,7 @@ impl RunCode {
             RunCode::Unsupported => "AF-RUN-044",
             RunCode::NotOurs => "AF-RUN-045",
             RunCode::DoesNotFit => "AF-RUN-047",
+            RunCode::SidecarConfigInvalid => "AF-RUN-050",
         }
     }
 }
@@ -92,6 +97,11 @@ pub enum RuntimeErrorKind {
         /// free`).
         shortfalls: Vec<String>,
     },
+    SidecarConfigInvalid {
+        file: String,
+        /// Every problem found, in words.
+        problems: Vec<String>,
+    },
 }
 
 /// An error from a runtime, carrying its code.
@@ -108,6 +118,7 @@ impl RuntimeError {
             RuntimeErrorKind::Unsupported { .. } => RunCode::Unsupported,
             RuntimeErrorKind::NotOurs { .. } => RunCode::NotOurs,
             RuntimeErrorKind::DoesNotFit { .. } => RunCode::DoesNotFit,
+            RuntimeErrorKind::SidecarConfigInvalid { .. } => RunCode::SidecarConfigInvalid,
         }
     }
 
@@ -138,6 +149,10 @@ impl RuntimeError {
                 "the environment does not fit in what is free: {}",
                 shortfalls.join("; ")
             ),
+            RuntimeErrorKind::SidecarConfigInvalid { file, problems } => format!(
+                "the sidecar configuration {file} cannot be used, so the sidecar serves nothing: {}",
+                problems.join("; ")
+            ),
         }
     }
 
@@ -148,6 +163,7 @@ impl RuntimeError {
             RuntimeErrorKind::Unsupported { .. } => "use a runtime that supports it (runtime.provider in the manifest), or leave the feature out".to_string(),
             RuntimeErrorKind::NotOurs { .. } => "af never removes or reuses what it did not create: rename or remove that object yourself, or use another --env".to_string(),
             RuntimeErrorKind::DoesNotFit { .. } => "lower services.<name>.resources or replicas, or free capacity on the platform".to_string(),
+            RuntimeErrorKind::SidecarConfigInvalid { .. } => "fix each problem named; the configuration format is in docs/sidecar.md".to_string(),
         }
     }
 }

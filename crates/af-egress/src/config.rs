@@ -1,0 +1,390 @@
+//! The sidecar's configuration: one file (the Secret's content on Kubernetes), read and validated
+//! before anything is served. A sidecar that cannot load its configuration serves nothing: it is
+//! the environment's only way out, and a half-configured way out is worse than none.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use af_manifest::EgressPolicy;
+use af_runtime::{RuntimeError, RuntimeErrorKind};
+use serde::Deserialize;
+
+/// The whole configuration.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SidecarConfig {
+    /// The environment id, written into every decision record.
+    pub environment: String,
+    /// What may leave: the manifest's `egress` section, in the manifest's spelling.
+    #[serde(default)]
+    pub policy: EgressPolicy,
+    pub listen: Listeners,
+    /// The DNS responder; required when `listen.dns` is set.
+    pub dns: Option<DnsConfig>,
+    pub control: ControlConfig,
+    pub log: LogConfig,
+    #[serde(default)]
+    pub inbox: InboxConfig,
+    #[serde(default)]
+    pub resolver: ResolverConfig,
+    /// Services a webhook can be delivered to: name → `host:port` inside the environment.
+    #[serde(default)]
+    pub webhooks: BTreeMap<String, String>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// Where the sidecar listens. Every listener is optional, so the same binary serves as an
+/// environment's sidecar (all of them) and as an afe ticket pod's allowlist proxy (only `proxy`, on
+/// 127.0.0.1:3128).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listeners {
+    /// Forward proxy: absolute-form HTTP requests and CONNECT.
+    pub proxy: Option<SocketAddr>,
+    /// Transparent HTTP: clients that resolved an outside name to the sidecar and connected to
+    /// port 80 themselves; decided by the Host header.
+    pub http: Option<SocketAddr>,
+    /// Transparent TLS: the same on port 443; decided by the ClientHello's server name.
+    pub tls: Option<SocketAddr>,
+    /// The DNS responder, UDP and TCP on the same address.
+    pub dns: Option<SocketAddr>,
+    /// SMTP sinks (usually 25 and 587).
+    #[serde(default)]
+    pub smtp: Vec<SocketAddr>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsConfig {
+    /// The sidecar's own IPv4 address as workloads reach it: the answer for every outside name.
+    pub answer_v4: Option<Ipv4Addr>,
+    /// The same for IPv6; without it AAAA queries for outside names get an empty answer.
+    pub answer_v6: Option<Ipv6Addr>,
+    /// Names inside the environment (service names), forwarded to `upstream`.
+    #[serde(default)]
+    pub internal_names: Vec<String>,
+    /// Suffixes inside the environment (`svc.cluster.local`), forwarded to `upstream`.
+    #[serde(default)]
+    pub internal_suffixes: Vec<String>,
+    /// The platform's resolver, for internal names only.
+    pub upstream: Option<SocketAddr>,
+    /// TTL of the sidecar's own answers, seconds. Short, so a client re-asks soon.
+    #[serde(default = "default_dns_ttl")]
+    pub ttl: u32,
+}
+
+fn default_dns_ttl() -> u32 {
+    5
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlConfig {
+    pub listen: SocketAddr,
+    /// The per-environment bearer token, inline (the Secret's content) ...
+    pub token: Option<String>,
+    /// ... or in a file.
+    pub token_file: Option<PathBuf>,
+    /// The sidecar's addresses on the workloads' network. A control connection that arrives on
+    /// one of them is closed before a byte is read, whatever `listen` says.
+    #[serde(default)]
+    pub workload_addresses: Vec<IpAddr>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// The decision log; `<path>.1` holds the previous half of the ring.
+    pub path: PathBuf,
+    /// The most the log may take on disk, both halves together.
+    #[serde(default = "default_log_bytes")]
+    pub max_bytes: u64,
+}
+
+fn default_log_bytes() -> u64 {
+    16 << 20
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InboxConfig {
+    /// Oldest entries are dropped past this many.
+    pub max_entries: usize,
+    /// Bodies are cut at this many bytes (the entry says so).
+    pub max_body_bytes: usize,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        InboxConfig {
+            max_entries: 1000,
+            max_body_bytes: 256 << 10,
+        }
+    }
+}
+
+/// How the sidecar resolves allowed names.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResolverConfig {
+    /// Fixed answers, consulted first (a name → its addresses).
+    pub static_hosts: BTreeMap<String, Vec<IpAddr>>,
+    /// How long a system-resolver answer is reused, seconds.
+    pub cache_seconds: u64,
+}
+
+impl Default for ResolverConfig {
+    fn default() -> Self {
+        ResolverConfig {
+            static_hosts: BTreeMap::new(),
+            cache_seconds: 30,
+        }
+    }
+}
+
+/// Bounds that keep one slow or hostile client from holding the sidecar.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// A client must send its whole request head within this (slowloris).
+    pub header_read_timeout_ms: u64,
+    /// The most a request head may take (a 10 MB header is refused).
+    pub max_header_bytes: usize,
+    /// A TLS client must send its ClientHello within this.
+    pub client_hello_timeout_ms: u64,
+    /// Connecting to an upstream.
+    pub connect_timeout_ms: u64,
+    /// An SMTP or DNS-over-TCP client idle for this long is dropped.
+    pub idle_timeout_ms: u64,
+    /// A forwarded internal DNS query waits this long for the platform's resolver.
+    pub dns_forward_timeout_ms: u64,
+    /// The largest mail message accepted.
+    pub max_mail_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout_ms: 10_000,
+            max_header_bytes: 64 << 10,
+            client_hello_timeout_ms: 10_000,
+            connect_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            dns_forward_timeout_ms: 2_000,
+            max_mail_bytes: 10 << 20,
+        }
+    }
+}
+
+impl Limits {
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+    pub fn client_hello_timeout(&self) -> Duration {
+        Duration::from_millis(self.client_hello_timeout_ms)
+    }
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms)
+    }
+    pub fn dns_forward_timeout(&self) -> Duration {
+        Duration::from_millis(self.dns_forward_timeout_ms)
+    }
+}
+
+/// A configuration that was read and checked, with its control token loaded.
+#[derive(Clone, Debug)]
+pub struct LoadedConfig {
+    pub config: SidecarConfig,
+    pub control_token: String,
+}
+
+/// Reads, parses and validates a configuration file. Every problem is reported at once, as the
+/// AF-RUN-050 error.
+pub fn load_config(path: &Path) -> Result<LoadedConfig, RuntimeError> {
+    let invalid = |problems: Vec<String>| -> RuntimeError {
+        RuntimeErrorKind::SidecarConfigInvalid {
+            file: path.display().to_string(),
+            problems,
+        }
+        .into()
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| invalid(vec![format!("cannot read it: {err}")]))?;
+    parse_config(&text, path.parent().unwrap_or(Path::new("."))).map_err(invalid)
+}
+
+/// Parses and validates configuration text; relative `token_file` paths are read from `base`.
+pub fn parse_config(text: &str, base: &Path) -> Result<LoadedConfig, Vec<String>> {
+    let config: SidecarConfig =
+        serde_saphyr::from_str(text).map_err(|err| vec![format!("{}", err.without_snippet())])?;
+    let mut problems = config.problems();
+    let token = match (&config.control.token, &config.control.token_file) {
+        (Some(token), None) => Some(token.trim().to_string()),
+        (None, Some(file)) => match std::fs::read_to_string(base.join(file)) {
+            Ok(token) => Some(token.trim().to_string()),
+            Err(err) => {
+                problems.push(format!("control.token_file {}: {err}", file.display()));
+                None
+            }
+        },
+        _ => {
+            problems.push("control needs exactly one of `token` and `token_file`".to_string());
+            None
+        }
+    };
+    if let Some(token) = &token
+        && token.len() < 16
+    {
+        problems
+            .push("the control token is shorter than 16 characters; use a random one".to_string());
+    }
+    match token {
+        Some(control_token) if problems.is_empty() => Ok(LoadedConfig {
+            config,
+            control_token,
+        }),
+        _ => Err(problems),
+    }
+}
+
+impl SidecarConfig {
+    /// Everything wrong with the configuration's values, in words.
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let listen = &self.listen;
+        if self.environment.trim().is_empty() {
+            problems.push("environment is empty".to_string());
+        }
+        if listen.proxy.is_none()
+            && listen.http.is_none()
+            && listen.tls.is_none()
+            && listen.dns.is_none()
+            && listen.smtp.is_empty()
+        {
+            problems.push(
+                "listen names no listener; a sidecar that listens nowhere serves no one"
+                    .to_string(),
+            );
+        }
+        match (&listen.dns, &self.dns) {
+            (Some(_), None) => {
+                problems.push("listen.dns is set but the `dns` section is missing".to_string())
+            }
+            (Some(_), Some(dns)) => {
+                if dns.answer_v4.is_none() && dns.answer_v6.is_none() {
+                    problems.push("dns needs answer_v4 or answer_v6: the sidecar's address that outside names resolve to".to_string());
+                }
+                if (!dns.internal_names.is_empty() || !dns.internal_suffixes.is_empty())
+                    && dns.upstream.is_none()
+                {
+                    problems.push(
+                        "dns names internal names or suffixes but no upstream to forward them to"
+                            .to_string(),
+                    );
+                }
+            }
+            (None, _) => {}
+        }
+        if self
+            .control
+            .workload_addresses
+            .contains(&self.control.listen.ip())
+        {
+            problems.push(format!(
+                "control.listen {} is one of the workload addresses; the control API must not be reachable from workloads",
+                self.control.listen
+            ));
+        }
+        let mut ports: Vec<SocketAddr> = [
+            listen.proxy,
+            listen.http,
+            listen.tls,
+            Some(self.control.listen),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(listen.smtp.iter().copied())
+        .collect();
+        ports.sort();
+        for pair in ports.windows(2) {
+            if pair[0] == pair[1] {
+                problems.push(format!("{} is used by two TCP listeners", pair[0]));
+            }
+        }
+        if self.log.max_bytes < 64 << 10 {
+            problems.push(
+                "log.max_bytes is below 64 KiB; the ring would hold almost nothing".to_string(),
+            );
+        }
+        if self.inbox.max_entries == 0 {
+            problems.push(
+                "inbox.max_entries is 0; captured requests would be lost at once".to_string(),
+            );
+        }
+        for (service, target) in &self.webhooks {
+            let port = target
+                .rsplit_once(':')
+                .and_then(|(_, port)| port.parse::<u16>().ok());
+            if port.is_none() {
+                problems.push(format!("webhooks.{service} {target:?} is not host:port"));
+            }
+        }
+        problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "environment: shop-main\nlisten: {proxy: 127.0.0.1:3128}\ncontrol: {listen: 127.0.0.1:9901, token: 0123456789abcdef}\nlog: {path: /tmp/x.jsonl}\n";
+
+    #[test]
+    fn a_minimal_allowlist_proxy_configuration() {
+        let loaded = parse_config(
+            &format!("{MINIMAL}policy:\n  allow: [pypi.org, \"*.pythonhosted.org\"]\n"),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(loaded.control_token, "0123456789abcdef");
+        assert_eq!(loaded.config.policy.allow.len(), 2);
+        assert!(loaded.config.policy.capture.is_empty());
+        assert_eq!(loaded.config.limits.max_header_bytes, 64 << 10);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let text = "environment: ''\nlisten: {dns: 127.0.0.1:53}\ndns: {internal_names: [web]}\ncontrol: {listen: 10.0.0.2:9901, token: short, workload_addresses: [10.0.0.2]}\nlog: {path: /tmp/x, max_bytes: 10}\nwebhooks: {web: nowhere}\n";
+        let problems = parse_config(text, Path::new(".")).unwrap_err();
+        let all = problems.join("\n");
+        for expected in [
+            "environment is empty",
+            "answer_v4",
+            "no upstream",
+            "workload addresses",
+            "64 KiB",
+            "not host:port",
+            "shorter than 16",
+        ] {
+            assert!(all.contains(expected), "missing {expected:?} in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_rules_are_refused() {
+        let err = parse_config(&format!("{MINIMAL}surprise: 1\n"), Path::new(".")).unwrap_err();
+        assert!(err[0].contains("surprise"), "{err:?}");
+        let err = parse_config(
+            &format!("{MINIMAL}policy: {{allow: [\"*\"]}}\n"),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(err[0].contains("everything"), "{err:?}");
+    }
+}

@@ -1,0 +1,295 @@
+//! The decision log: one JSON line per decision, in a bounded on-disk ring (two halves, the older
+//! one dropped when the newer fills), so a long-running environment cannot fill the disk. Live
+//! followers get each record as it is written.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Instant, SystemTime};
+
+use af_runtime::{DecisionQuery, DecisionRecord, Verdict};
+use tokio::sync::broadcast;
+
+use crate::config::LogConfig;
+
+/// The current half of the ring and its size.
+struct Current {
+    file: File,
+    size: u64,
+}
+
+struct Inner {
+    path: PathBuf,
+    older: PathBuf,
+    /// Each half may grow to this; together they stay within the configured maximum.
+    half_bytes: u64,
+    current: Mutex<Current>,
+    live: broadcast::Sender<DecisionRecord>,
+    counts: Mutex<BTreeMap<(String, Verdict), u64>>,
+}
+
+/// A handle to the log; cheap to clone.
+#[derive(Clone)]
+pub struct DecisionLog(Arc<Inner>);
+
+impl std::fmt::Debug for DecisionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionLog")
+            .field("path", &self.0.path)
+            .finish()
+    }
+}
+
+impl DecisionLog {
+    pub fn open(config: &LogConfig) -> io::Result<DecisionLog> {
+        if let Some(parent) = config.path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&config.path)?;
+        let size = file.metadata()?.len();
+        let mut older = config.path.clone().into_os_string();
+        older.push(".1");
+        Ok(DecisionLog(Arc::new(Inner {
+            path: config.path.clone(),
+            older: older.into(),
+            half_bytes: config.max_bytes / 2,
+            current: Mutex::new(Current { file, size }),
+            live: broadcast::channel(1024).0,
+            counts: Mutex::new(BTreeMap::new()),
+        })))
+    }
+
+    /// Writes one record. A record that cannot be written is reported on the sidecar's own
+    /// diagnostics and still counted and sent to followers: losing the disk must not stop the
+    /// environment's traffic from being decided.
+    pub fn record(&self, record: DecisionRecord) {
+        let inner = &self.0;
+        if let Err(err) = self.append(&record) {
+            tracing::error!(error = %err, path = %inner.path.display(), "cannot write the decision log");
+        }
+        *inner
+            .counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((record.protocol.clone(), record.verdict))
+            .or_default() += 1;
+        // No follower is not an error.
+        let _ = inner.live.send(record);
+    }
+
+    fn append(&self, record: &DecisionRecord) -> io::Result<()> {
+        let inner = &self.0;
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        let mut current = inner.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.size + line.len() as u64 > inner.half_bytes && current.size > 0 {
+            // The ring turns: the current half becomes the older one, replacing it.
+            std::fs::rename(&inner.path, &inner.older)?;
+            current.file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&inner.path)?;
+            current.size = 0;
+        }
+        current.file.write_all(&line)?;
+        current.size += line.len() as u64;
+        Ok(())
+    }
+
+    /// The stored records that match, oldest first.
+    pub fn query(&self, query: &DecisionQuery) -> io::Result<Vec<DecisionRecord>> {
+        let mut out = Vec::new();
+        for path in [&self.0.older, &self.0.path] {
+            let file = match File::open(path) {
+                Ok(file) => file,
+                Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(err),
+            };
+            for line in BufReader::new(file).lines() {
+                // A line cut by a crash mid-write is skipped, not fatal.
+                if let Ok(record) = serde_json::from_str::<DecisionRecord>(&line?)
+                    && matches(&record, query)
+                {
+                    out.push(record);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records as they are written, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<DecisionRecord> {
+        self.0.live.subscribe()
+    }
+
+    /// How many decisions were made, by protocol and verdict, since the sidecar started.
+    pub fn counts(&self) -> BTreeMap<(String, Verdict), u64> {
+        self.0
+            .counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Whether a record passes a query's filters.
+pub fn matches(record: &DecisionRecord, query: &DecisionQuery) -> bool {
+    query.verdict.is_none_or(|v| v == record.verdict)
+        && query
+            .host
+            .as_ref()
+            .is_none_or(|h| h.eq_ignore_ascii_case(&record.host))
+        && query
+            .since
+            .as_ref()
+            .is_none_or(|since| record.time.as_str() >= since.as_str())
+}
+
+/// A decision being made: the facts known at the start, finished with the verdict and the byte
+/// counts when the exchange ends.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    record: DecisionRecord,
+    started: Instant,
+}
+
+impl Pending {
+    pub fn new(
+        environment: &str,
+        client: SocketAddr,
+        protocol: &str,
+        method: &str,
+        host: &str,
+        port: u16,
+    ) -> Pending {
+        Pending {
+            record: DecisionRecord {
+                time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+                environment: environment.to_string(),
+                client: client.ip().to_string(),
+                protocol: protocol.to_string(),
+                method: method.to_string(),
+                host: host.to_string(),
+                port,
+                resolved: String::new(),
+                verdict: Verdict::Deny,
+                rule: String::new(),
+                bytes_up: 0,
+                bytes_down: 0,
+                duration_ms: 0,
+            },
+            started: Instant::now(),
+        }
+    }
+
+    pub fn host(&self) -> &str {
+        &self.record.host
+    }
+
+    pub fn set_resolved(&mut self, resolved: SocketAddr) {
+        self.record.resolved = resolved.to_string();
+    }
+
+    /// Completes the record and writes it.
+    pub fn finish(
+        mut self,
+        log: &DecisionLog,
+        verdict: Verdict,
+        rule: &str,
+        bytes_up: u64,
+        bytes_down: u64,
+    ) {
+        self.record.verdict = verdict;
+        self.record.rule = rule.to_string();
+        self.record.bytes_up = bytes_up;
+        self.record.bytes_down = bytes_down;
+        self.record.duration_ms =
+            u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        log.record(self.record);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_log(name: &str, max_bytes: u64) -> (DecisionLog, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("af-egress-log-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("decisions.jsonl");
+        (
+            DecisionLog::open(&LogConfig {
+                path: path.clone(),
+                max_bytes,
+            })
+            .unwrap(),
+            dir,
+        )
+    }
+
+    fn write(log: &DecisionLog, host: &str, verdict: Verdict) {
+        Pending::new(
+            "env",
+            "10.0.0.5:1234".parse().unwrap(),
+            "http",
+            "GET",
+            host,
+            80,
+        )
+        .finish(log, verdict, "rule", 1, 2);
+    }
+
+    #[test]
+    fn records_are_read_back_and_filtered() {
+        let (log, dir) = temp_log("filter", 1 << 20);
+        write(&log, "a.example", Verdict::Allow);
+        write(&log, "b.example", Verdict::Deny);
+        write(&log, "A.example", Verdict::Deny);
+        let all = log.query(&DecisionQuery::default()).unwrap();
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[0].client, "10.0.0.5");
+        let denied = log
+            .query(&DecisionQuery {
+                verdict: Some(Verdict::Deny),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(denied.len(), 2);
+        let a = log
+            .query(&DecisionQuery {
+                host: Some("a.example".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(a.len(), 2, "host matching ignores case");
+        assert_eq!(log.counts()[&("http".to_string(), Verdict::Deny)], 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_ring_stays_within_its_bound_and_keeps_the_newest() {
+        let max = 64 << 10;
+        let (log, dir) = temp_log("ring", max);
+        for i in 0..5000 {
+            write(&log, &format!("host-{i}.example"), Verdict::Allow);
+        }
+        let on_disk: u64 = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        assert!(
+            on_disk <= max,
+            "{on_disk} bytes on disk for a {max}-byte ring"
+        );
+        let kept = log.query(&DecisionQuery::default()).unwrap();
+        assert_eq!(kept.last().unwrap().host, "host-4999.example");
+        assert!(kept.len() > 100 && kept.len() < 5000, "{}", kept.len());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,442 @@
+//! HTTP: the forward proxy (absolute-form requests and CONNECT) and the transparent listener
+//! (clients that resolved an outside name to the sidecar and connected to port 80 themselves).
+//! Every request is decided, then forwarded, captured or refused, and recorded.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use af_manifest::CannedResponse;
+use af_runtime::Verdict;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Mutex;
+
+use crate::body::{CountedBody, ProxyBody, full};
+use crate::context::Shared;
+use crate::decision_log::Pending;
+use crate::dial::{connect, dial_address, logged_rule};
+use crate::policy::{Decision, DenyReason, Target, decide};
+use crate::tunnel;
+
+/// Which face of the proxy a listener is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HttpMode {
+    /// Clients configured to use the proxy: absolute-form requests and CONNECT.
+    Forward,
+    /// Clients that connected to the sidecar as if it were the destination: origin-form requests,
+    /// decided by their Host header.
+    Transparent,
+}
+
+/// The upstream connection a client connection last used, kept for its next request (HTTP/1.1
+/// keep-alive on both sides).
+struct Upstream {
+    addr: SocketAddr,
+    sender: SendRequest<ProxyBody>,
+}
+
+type UpstreamSlot = Arc<Mutex<Option<Upstream>>>;
+
+/// Accepts connections until the listener fails for good.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mode: HttpMode) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tokio::spawn(serve_connection(stream, peer, shared.clone(), mode));
+            }
+            Err(err) => {
+                // Out of file descriptors and the like: wait a moment rather than spin.
+                tracing::warn!(error = %err, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    mode: HttpMode,
+) {
+    let _open = shared.metrics.connection_opened();
+    let _ = stream.set_nodelay(true);
+    let upstream: UpstreamSlot = Arc::new(Mutex::new(None));
+    let limits = shared.limits.clone();
+    let service = service_fn(move |req| {
+        let shared = shared.clone();
+        let upstream = upstream.clone();
+        async move { Ok::<_, Infallible>(handle(req, peer, shared, mode, upstream).await) }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout())
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    if let Err(err) = connection.await {
+        tracing::debug!(%peer, error = %err, "client connection ended with an error");
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    mode: HttpMode,
+    upstream: UpstreamSlot,
+) -> Response<ProxyBody> {
+    if req.method() == Method::CONNECT {
+        return match mode {
+            HttpMode::Forward => tunnel::connect(req, peer, shared).await,
+            HttpMode::Transparent => plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "CONNECT goes to the proxy port, not here\n",
+            ),
+        };
+    }
+    let (host, port, protocol) = match mode {
+        HttpMode::Forward => match (req.uri().scheme_str(), req.uri().host()) {
+            (Some("http"), Some(host)) => {
+                (host.to_string(), req.uri().port_u16().unwrap_or(80), "http")
+            }
+            (Some(_), Some(_)) => {
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "only http:// URLs are forwarded as requests; use CONNECT for https\n",
+                );
+            }
+            _ => {
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "this is an HTTP proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port\n",
+                );
+            }
+        },
+        HttpMode::Transparent => match host_header(req.headers()) {
+            Some((host, port)) => (host, port.unwrap_or(80), "http-transparent"),
+            None => {
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "no Host header: nothing to decide the request by\n",
+                );
+            }
+        },
+    };
+    let mut pending = Pending::new(
+        &shared.environment,
+        peer,
+        protocol,
+        req.method().as_str(),
+        &host,
+        port,
+    );
+    let Some(target) = Target::parse(&host) else {
+        pending.finish(
+            &shared.log,
+            Verdict::Deny,
+            &DenyReason::InvalidHost.to_string(),
+            0,
+            0,
+        );
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "the host is not a valid name or address\n",
+        );
+    };
+    match decide(&target, &shared.policy) {
+        Decision::Deny { reason } => {
+            pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
+            denied(&target, &reason)
+        }
+        Decision::Capture { rule, response } => {
+            capture(req, pending, &shared, &rule, response).await
+        }
+        Decision::Allow { rule } => match dial_address(&target, &shared).await {
+            Err(reason) => {
+                pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
+                denied(&target, &reason)
+            }
+            Ok((ip, via)) => {
+                let addr = SocketAddr::new(ip, port);
+                pending.set_resolved(addr);
+                relay(req, addr, pending, logged_rule(rule, via), shared, upstream).await
+            }
+        },
+    }
+}
+
+/// The Host header as (name or address, port).
+fn host_header(headers: &HeaderMap) -> Option<(String, Option<u16>)> {
+    let value = headers.get(header::HOST)?.to_str().ok()?;
+    let authority: http::uri::Authority = value.parse().ok()?;
+    Some((authority.host().to_string(), authority.port_u16()))
+}
+
+/// Forwards an allowed request to `addr` and streams the answer back, counting both bodies; the
+/// decision is recorded when the response body ends.
+async fn relay(
+    req: Request<Incoming>,
+    addr: SocketAddr,
+    pending: Pending,
+    rule: String,
+    shared: Arc<Shared>,
+    upstream: UpstreamSlot,
+) -> Response<ProxyBody> {
+    let up = Arc::new(AtomicU64::new(0));
+    let down = Arc::new(AtomicU64::new(0));
+    let (mut parts, body) = req.into_parts();
+    let origin_form = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_string();
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(authority) = parts.uri.authority()
+        && let Ok(value) = HeaderValue::from_str(authority.as_str())
+    {
+        parts.headers.insert(header::HOST, value);
+    }
+    parts.uri = match origin_form.parse() {
+        Ok(uri) => uri,
+        Err(_) => {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                "the request target cannot be forwarded\n",
+            );
+        }
+    };
+    remove_hop_by_hop(&mut parts.headers);
+    let request = Request::from_parts(parts, CountedBody::new(body, up.clone(), None).boxed());
+
+    let mut slot = upstream.lock().await;
+    let mut sender = match reuse_or_connect(slot.take(), addr, &shared).await {
+        Ok(sender) => sender,
+        Err(err) => {
+            pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
+            return plain(
+                StatusCode::BAD_GATEWAY,
+                &format!("the sidecar could not reach {addr}: {err}\n"),
+            );
+        }
+    };
+    let response = sender.send_request(request).await;
+    *slot = Some(Upstream { addr, sender });
+    drop(slot);
+    match response {
+        Ok(response) => {
+            let (mut parts, body) = response.into_parts();
+            remove_hop_by_hop(&mut parts.headers);
+            let log = shared.log.clone();
+            let metrics = shared.metrics.clone();
+            let counted_down = down.clone();
+            let on_end = Box::new(move || {
+                let (up, down) = (
+                    up.load(Ordering::Relaxed),
+                    counted_down.load(Ordering::Relaxed),
+                );
+                metrics.bytes(up, down);
+                pending.finish(&log, Verdict::Allow, &rule, up, down);
+            });
+            Response::from_parts(parts, CountedBody::new(body, down, Some(on_end)).boxed())
+        }
+        Err(err) => {
+            pending.finish(
+                &shared.log,
+                Verdict::Allow,
+                &rule,
+                up.load(Ordering::Relaxed),
+                0,
+            );
+            plain(
+                StatusCode::BAD_GATEWAY,
+                &format!("{addr} did not answer: {err}\n"),
+            )
+        }
+    }
+}
+
+/// The previous upstream connection when it goes to the same address and is still usable,
+/// otherwise a new one.
+async fn reuse_or_connect(
+    previous: Option<Upstream>,
+    addr: SocketAddr,
+    shared: &Shared,
+) -> Result<SendRequest<ProxyBody>, crate::body::BoxError> {
+    if let Some(mut previous) = previous
+        && previous.addr == addr
+        && previous.sender.ready().await.is_ok()
+    {
+        return Ok(previous.sender);
+    }
+    let stream = connect(addr, shared.limits.connect_timeout()).await?;
+    let (sender, connection) = hyper::client::conn::http1::Builder::new()
+        .handshake(TokioIo::new(stream))
+        .await?;
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            tracing::debug!(%addr, error = %err, "upstream connection ended with an error");
+        }
+    });
+    Ok(sender)
+}
+
+/// Answers a captured request itself and stores it in the inbox, body and all (up to the limit).
+async fn capture(
+    req: Request<Incoming>,
+    pending: Pending,
+    shared: &Shared,
+    rule: &str,
+    response: &CannedResponse,
+) -> Response<ProxyBody> {
+    let (parts, mut body) = req.into_parts();
+    let limit = shared.inbox.max_body_bytes();
+    let mut kept = Vec::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { break };
+        if let Some(data) = frame.data_ref() {
+            total += data.len() as u64;
+            let room = limit.saturating_sub(kept.len());
+            kept.extend_from_slice(&data[..data.len().min(room)]);
+        }
+    }
+    let headers: BTreeMap<String, String> = parts
+        .headers
+        .iter()
+        .filter(|(name, _)| *name != header::PROXY_AUTHORIZATION)
+        .map(|(name, value)| {
+            (
+                name.as_str().to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    shared.inbox.add_http(
+        parts.method.as_str(),
+        pending.host(),
+        path,
+        headers,
+        &kept,
+        total,
+    );
+    pending.finish(
+        &shared.log,
+        Verdict::Capture,
+        rule,
+        total,
+        response.body.len() as u64,
+    );
+    let mut answer = Response::new(full(response.body.clone()));
+    *answer.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::ACCEPTED);
+    if let Ok(value) = HeaderValue::from_str(&response.content_type) {
+        answer.headers_mut().insert(header::CONTENT_TYPE, value);
+    }
+    answer
+        .headers_mut()
+        .insert(VERDICT_HEADER, HeaderValue::from_static("capture"));
+    answer
+}
+
+/// Tells a client which verdict the sidecar reached, on every answer it makes itself.
+pub const VERDICT_HEADER: HeaderName = HeaderName::from_static("x-af-verdict");
+
+/// The answer to a denied request: 403 and why, in words.
+pub fn denied(target: &Target, reason: &DenyReason) -> Response<ProxyBody> {
+    let mut response = plain(
+        StatusCode::FORBIDDEN,
+        &format!("af egress: {target} is not allowed from this environment ({reason})\n"),
+    );
+    response
+        .headers_mut()
+        .insert(VERDICT_HEADER, HeaderValue::from_static("deny"));
+    response
+}
+
+pub fn plain(status: StatusCode, text: &str) -> Response<ProxyBody> {
+    let mut response = Response::new(full(Bytes::from(text.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// Headers that describe one hop, not the message: never forwarded (RFC 9110 section 7.6.1),
+/// together with every header the Connection header names.
+fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_with_those_connection_names() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        headers.insert("x-secret-hop", HeaderValue::from_static("1"));
+        headers.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        headers.insert(
+            header::PROXY_AUTHORIZATION,
+            HeaderValue::from_static("Basic eA=="),
+        );
+        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        remove_hop_by_hop(&mut headers);
+        assert_eq!(headers.len(), 1);
+        assert!(headers.contains_key(header::ACCEPT));
+    }
+
+    #[test]
+    fn host_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::HOST,
+            HeaderValue::from_static("api.example.com:8080"),
+        );
+        assert_eq!(
+            host_header(&headers),
+            Some(("api.example.com".into(), Some(8080)))
+        );
+        headers.insert(header::HOST, HeaderValue::from_static("[2001:db8::1]"));
+        assert_eq!(host_header(&headers), Some(("[2001:db8::1]".into(), None)));
+    }
+}

@@ -1,0 +1,36 @@
+//! The egress sidecar: the only way out of an environment, so it decides and records everything
+//! that leaves.
+//!
+//! - [`policy::decide`]: allow, capture or deny, by host; [`address::classify`]: which addresses
+//!   may ever be dialled.
+//! - listeners: the forward proxy (absolute-form HTTP and CONNECT, with the ClientHello's server
+//!   name checked against the CONNECT host), transparent HTTP and TLS for clients that ignore proxy
+//!   settings, the DNS responder, the SMTP sink.
+//! - records: the decision log (a bounded on-disk ring of JSON lines) and the capture inbox, read
+//!   through the control API.
+//!
+//! The same code serves an `af` environment's sidecar and, with only the proxy listener on
+//! 127.0.0.1:3128, an `afe` ticket pod's allowlist proxy.
+
+pub mod address;
+mod body;
+pub mod client_hello;
+pub mod config;
+mod context;
+mod control;
+pub mod decision_log;
+mod dial;
+mod dns;
+pub mod dns_wire;
+mod http_proxy;
+pub mod inbox;
+mod metrics;
+pub mod policy;
+mod resolve;
+mod server;
+mod smtp;
+mod tunnel;
+mod webhook;
+
+pub use config::{LoadedConfig, SidecarConfig, load_config, parse_config};
+pub use server::{BoundAddresses, RunningSidecar, start};

@@ -1,0 +1,342 @@
+//! The decision: given where a request wants to go and the environment's egress policy, allow it,
+//! capture it, or deny it. Pure functions over plain data, so every row of the table is a unit
+//! test.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use af_manifest::{CannedResponse, EgressPolicy, HostRule};
+
+use crate::address::{AddressClass, classify};
+
+/// Where a request wants to go, as the client named it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A host name: lower case, without a trailing dot.
+    Name(String),
+    /// An IP literal.
+    Ip(IpAddr),
+}
+
+impl Target {
+    /// Reads a host as it appears in a URI, a Host header, a CONNECT line or an SNI: a name or an
+    /// IP literal (IPv6 in brackets or bare). `None` when it is neither.
+    pub fn parse(host: &str) -> Option<Target> {
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Some(Target::Ip(ip));
+        }
+        let name = host.trim_end_matches('.').to_ascii_lowercase();
+        let valid = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            });
+        valid.then_some(Target::Name(name))
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Name(name) => f.write_str(name),
+            Target::Ip(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
+/// Why a request was denied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DenyReason {
+    /// No rule names the destination.
+    NotListed,
+    /// An IP literal that no rule names.
+    IpLiteral,
+    /// An allowed name that resolved only to addresses the sidecar never dials.
+    ForbiddenAddress { ip: IpAddr, class: AddressClass },
+    /// The allowed name did not resolve.
+    Unresolvable,
+    /// The host is not a valid name or address.
+    InvalidHost,
+    /// Inside a CONNECT tunnel, the TLS server name differs from the CONNECT host.
+    SniMismatch { sni: String },
+    /// A tunnel or TLS connection that did not start with a TLS ClientHello.
+    NotTls,
+    /// A transparent TLS connection whose ClientHello names no server: nothing to decide by.
+    NoServerName,
+    /// The client did not finish its ClientHello in time.
+    ClientHelloTimeout,
+    /// A DNS query type the responder never answers for outside names.
+    DnsQueryType,
+    /// Outbound mail, with mail capture off.
+    Mail,
+}
+
+impl fmt::Display for DenyReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DenyReason::NotListed => f.write_str("not-listed"),
+            DenyReason::IpLiteral => f.write_str("ip-literal"),
+            DenyReason::ForbiddenAddress { ip, class } => write!(f, "resolved-to-{class}:{ip}"),
+            DenyReason::Unresolvable => f.write_str("unresolvable"),
+            DenyReason::InvalidHost => f.write_str("invalid-host"),
+            DenyReason::SniMismatch { sni } => write!(f, "sni-mismatch:{sni}"),
+            DenyReason::NotTls => f.write_str("not-tls"),
+            DenyReason::NoServerName => f.write_str("no-server-name"),
+            DenyReason::ClientHelloTimeout => f.write_str("client-hello-timeout"),
+            DenyReason::DnsQueryType => f.write_str("dns-query-type"),
+            DenyReason::Mail => f.write_str("mail-denied"),
+        }
+    }
+}
+
+/// The verdict for a destination, before any address is resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision<'p> {
+    /// Forward to the real destination; `rule` is the matching allow rule as written.
+    Allow {
+        rule: String,
+    },
+    /// Answer locally with `response` and record the request.
+    Capture {
+        rule: String,
+        response: &'p CannedResponse,
+    },
+    Deny {
+        reason: DenyReason,
+    },
+}
+
+/// How precisely a rule matches a name: an exact name beats any wildcard, and a longer wildcard
+/// suffix beats a shorter one.
+fn specificity(rule: &HostRule, name: &str) -> Option<(u8, usize)> {
+    match rule {
+        HostRule::Exact(exact) if exact == name => Some((2, exact.len())),
+        HostRule::Wildcard(suffix)
+            if name.len() > suffix.len() + 1
+                && name.ends_with(suffix.as_str())
+                && name.as_bytes()[name.len() - suffix.len() - 1] == b'.' =>
+        {
+            Some((1, suffix.len()))
+        }
+        _ => None,
+    }
+}
+
+/// Decides a destination. Names: the most specific matching rule of either list wins, and when an
+/// allow and a capture rule are equally specific, capture wins (it keeps the request inside).
+/// IP literals: allowed only by a rule that names the address or a network containing it; never
+/// captured, since captures are by name.
+pub fn decide<'p>(target: &Target, policy: &'p EgressPolicy) -> Decision<'p> {
+    match target {
+        Target::Ip(ip) => match address_rule(*ip, policy) {
+            Some(rule) => Decision::Allow { rule },
+            None => Decision::Deny {
+                reason: DenyReason::IpLiteral,
+            },
+        },
+        Target::Name(name) => {
+            let best_allow = policy
+                .allow
+                .iter()
+                .filter_map(|r| specificity(r, name).map(|s| (s, r)))
+                .max_by_key(|(s, _)| *s);
+            let best_capture = policy
+                .capture
+                .iter()
+                .filter_map(|c| specificity(&c.host, name).map(|s| (s, c)))
+                .max_by_key(|(s, _)| *s);
+            match (best_allow, best_capture) {
+                (Some((a, rule)), Some((c, _))) if a > c => Decision::Allow {
+                    rule: rule.to_string(),
+                },
+                (_, Some((_, capture))) => Decision::Capture {
+                    rule: capture.host.to_string(),
+                    response: &capture.response,
+                },
+                (Some((_, rule)), None) => Decision::Allow {
+                    rule: rule.to_string(),
+                },
+                (None, None) => Decision::Deny {
+                    reason: DenyReason::NotListed,
+                },
+            }
+        }
+    }
+}
+
+/// The allow rule naming this address or a network containing it, as written.
+fn address_rule(ip: IpAddr, policy: &EgressPolicy) -> Option<String> {
+    policy
+        .allow
+        .iter()
+        .find(|rule| match rule {
+            HostRule::Ip(allowed) => *allowed == ip,
+            HostRule::Cidr(net) => net.contains(&ip),
+            _ => false,
+        })
+        .map(ToString::to_string)
+}
+
+/// Chooses the address to dial for an allowed name among those it resolved to: the first public
+/// address, or the first one an address rule explicitly permits. The rule that permitted it is
+/// returned so the log names it. When none qualifies, the first refused address says why.
+pub fn choose_address(
+    resolved: &[IpAddr],
+    policy: &EgressPolicy,
+) -> Result<(IpAddr, Option<String>), DenyReason> {
+    for ip in resolved {
+        if classify(*ip).is_public() {
+            return Ok((*ip, None));
+        }
+        if let Some(rule) = address_rule(*ip, policy) {
+            return Ok((*ip, Some(rule)));
+        }
+    }
+    match resolved.first() {
+        Some(ip) => Err(DenyReason::ForbiddenAddress {
+            ip: *ip,
+            class: classify(*ip),
+        }),
+        None => Err(DenyReason::Unresolvable),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use af_manifest::{CaptureRule, parse_host_rule};
+
+    fn policy(allow: &[&str], capture: &[&str]) -> EgressPolicy {
+        EgressPolicy {
+            allow: allow.iter().map(|r| parse_host_rule(r).unwrap()).collect(),
+            capture: capture
+                .iter()
+                .map(|r| CaptureRule {
+                    host: parse_host_rule(r).unwrap(),
+                    response: CannedResponse::default(),
+                })
+                .collect(),
+            ..EgressPolicy::default()
+        }
+    }
+
+    fn verdict(target: &str, p: &EgressPolicy) -> String {
+        match decide(&Target::parse(target).unwrap(), p) {
+            Decision::Allow { rule } => format!("allow {rule}"),
+            Decision::Capture { rule, .. } => format!("capture {rule}"),
+            Decision::Deny { reason } => format!("deny {reason}"),
+        }
+    }
+
+    #[test]
+    fn the_decision_table() {
+        let p = policy(
+            &[
+                "api.github.com",
+                "*.pythonhosted.org",
+                "203.0.113.7",
+                "198.51.100.0/24",
+                "*.example.com",
+            ],
+            &[
+                "hooks.slack.example",
+                "*.pay.example.com",
+                "exact.example.com",
+            ],
+        );
+        let rows = [
+            ("api.github.com", "allow api.github.com"),
+            ("API.GitHub.com.", "allow api.github.com"),
+            ("github.com", "deny not-listed"),
+            ("evil-api.github.com", "deny not-listed"),
+            ("files.pythonhosted.org", "allow *.pythonhosted.org"),
+            ("a.b.pythonhosted.org", "allow *.pythonhosted.org"),
+            ("pythonhosted.org", "deny not-listed"),
+            ("xpythonhosted.org", "deny not-listed"),
+            ("hooks.slack.example", "capture hooks.slack.example"),
+            ("charges.pay.example.com", "capture *.pay.example.com"),
+            ("www.example.com", "allow *.example.com"),
+            ("exact.example.com", "capture exact.example.com"),
+            ("203.0.113.7", "allow 203.0.113.7"),
+            ("203.0.113.8", "deny ip-literal"),
+            ("198.51.100.99", "allow 198.51.100.0/24"),
+            ("169.254.169.254", "deny ip-literal"),
+            ("[fd00:ec2::254]", "deny ip-literal"),
+            ("127.0.0.1", "deny ip-literal"),
+            ("8.8.8.8", "deny ip-literal"),
+            ("unlisted.test", "deny not-listed"),
+        ];
+        for (target, expected) in rows {
+            assert_eq!(verdict(target, &p), expected, "{target}");
+        }
+    }
+
+    #[test]
+    fn equally_specific_allow_and_capture_resolve_to_capture() {
+        let p = policy(&["*.example.com"], &["*.example.com"]);
+        assert_eq!(verdict("a.example.com", &p), "capture *.example.com");
+    }
+
+    #[test]
+    fn invalid_hosts_are_not_targets() {
+        for host in ["", "a..b", "exa mple.com", "a/b", &"a".repeat(64)] {
+            assert_eq!(Target::parse(host), None, "{host:?}");
+        }
+    }
+
+    /// An allowed name is dialled only at a public address or one a rule names; every special
+    /// range is refused even for an allowed name (DNS rebinding).
+    #[test]
+    fn addresses_an_allowed_name_may_be_dialled_at() {
+        let p = policy(&["198.51.100.0/24"], &[]);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            choose_address(&[ip("93.184.216.34")], &p),
+            Ok((ip("93.184.216.34"), None))
+        );
+        assert_eq!(
+            choose_address(&[ip("198.51.100.5")], &p),
+            Ok((ip("198.51.100.5"), Some("198.51.100.0/24".into())))
+        );
+        assert_eq!(
+            choose_address(&[ip("10.0.0.5"), ip("93.184.216.34")], &p),
+            Ok((ip("93.184.216.34"), None)),
+            "a forbidden address is skipped, not dialled"
+        );
+        for forbidden in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.0.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "224.0.0.1",
+            "192.0.2.1",
+            "::1",
+            "fd00:ec2::254",
+            "fe80::1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::",
+            "2001::1",
+            "ff02::1",
+            "::",
+            "2001:db8::1",
+        ] {
+            let err = choose_address(&[ip(forbidden)], &p).unwrap_err();
+            assert!(
+                matches!(err, DenyReason::ForbiddenAddress { .. }),
+                "{forbidden}: {err}"
+            );
+        }
+        assert_eq!(choose_address(&[], &p), Err(DenyReason::Unresolvable));
+    }
+}

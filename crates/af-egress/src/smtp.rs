@@ -1,0 +1,249 @@
+//! The SMTP sink: outbound mail is accepted and put in the inbox, never delivered. With mail
+//! capture off, every session is refused at the greeting and recorded as denied.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use af_manifest::MailPolicy;
+use af_runtime::{CapturedItem, Verdict};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::context::Shared;
+use crate::decision_log::Pending;
+use crate::policy::DenyReason;
+
+/// The longest command line accepted (RFC 5321 allows 512; extensions add a little).
+const MAX_LINE: usize = 2048;
+const MAX_RECIPIENTS: usize = 100;
+
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, client)) => {
+                tokio::spawn(session(stream, client, shared.clone()));
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "smtp accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// A message as parsed from its DATA.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Message {
+    subject: String,
+    from_header: String,
+    body: String,
+}
+
+/// Splits a message into its headers (unfolded) and body.
+fn parse_message(data: &str) -> Message {
+    let (head, body) = data
+        .split_once("\r\n\r\n")
+        .or_else(|| data.split_once("\n\n"))
+        .unwrap_or((data, ""));
+    let mut message = Message {
+        body: body.to_string(),
+        ..Message::default()
+    };
+    let mut unfolded: Vec<String> = Vec::new();
+    for line in head.lines() {
+        match (line.starts_with([' ', '\t']), unfolded.last_mut()) {
+            (true, Some(last)) => last.push_str(line),
+            _ => unfolded.push(line.to_string()),
+        }
+    }
+    for line in unfolded {
+        if let Some((name, value)) = line.split_once(':') {
+            match name.trim().to_ascii_lowercase().as_str() {
+                "subject" => message.subject = value.trim().to_string(),
+                "from" => message.from_header = value.trim().to_string(),
+                _ => {}
+            }
+        }
+    }
+    message
+}
+
+/// The address inside `FROM:<a@b>` / `TO:<a@b>`.
+fn path_argument(argument: &str) -> String {
+    let argument = argument.trim();
+    let inner = argument
+        .split_once('<')
+        .and_then(|(_, rest)| rest.split_once('>'))
+        .map_or(argument, |(address, _)| address);
+    inner.trim().to_string()
+}
+
+async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
+    let _open = shared.metrics.connection_opened();
+    let port = stream.local_addr().map(|a| a.port()).unwrap_or(25);
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    if shared.policy.mail == MailPolicy::Deny {
+        Pending::new(&shared.environment, client, "smtp", "CONNECT", "", port).finish(
+            &shared.log,
+            Verdict::Deny,
+            &DenyReason::Mail.to_string(),
+            0,
+            0,
+        );
+        let _ = write
+            .write_all(b"554 5.7.1 outbound mail is denied by this environment's egress policy\r\n")
+            .await;
+        return;
+    }
+    let idle = shared.limits.idle_timeout();
+    let max_bytes = shared.limits.max_mail_bytes;
+    let _ = write
+        .write_all(b"220 af-sidecar ESMTP mail capture; nothing is delivered\r\n")
+        .await;
+    let mut from = String::new();
+    let mut recipients: Vec<String> = Vec::new();
+    loop {
+        let Some(line) = read_line(&mut reader, idle).await else {
+            return;
+        };
+        let (verb, argument) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+        let reply: Vec<u8> = match verb.to_ascii_uppercase().as_str() {
+            "EHLO" => format!(
+                "250-af-sidecar\r\n250-SIZE {max_bytes}\r\n250-8BITMIME\r\n250 PIPELINING\r\n"
+            )
+            .into_bytes(),
+            "HELO" => b"250 af-sidecar\r\n".to_vec(),
+            "MAIL" if argument.to_ascii_uppercase().starts_with("FROM:") => {
+                from = path_argument(&argument[5..]);
+                recipients.clear();
+                b"250 2.1.0 OK\r\n".to_vec()
+            }
+            "RCPT" if argument.to_ascii_uppercase().starts_with("TO:") => {
+                if recipients.len() >= MAX_RECIPIENTS {
+                    b"452 4.5.3 too many recipients\r\n".to_vec()
+                } else {
+                    recipients.push(path_argument(&argument[3..]));
+                    b"250 2.1.5 OK\r\n".to_vec()
+                }
+            }
+            "DATA" if recipients.is_empty() => b"503 5.5.1 RCPT first\r\n".to_vec(),
+            "DATA" => {
+                if write
+                    .write_all(b"354 end with <CRLF>.<CRLF>\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let Some(data) = read_data(&mut reader, idle, max_bytes).await else {
+                    let _ = write
+                        .write_all(b"552 5.3.4 message too large or connection lost\r\n")
+                        .await;
+                    return;
+                };
+                let message = parse_message(&data);
+                let host = recipients
+                    .first()
+                    .and_then(|r| r.rsplit_once('@'))
+                    .map_or("", |(_, domain)| domain)
+                    .to_string();
+                let id = shared.inbox.add(CapturedItem::Mail {
+                    from: if from.is_empty() {
+                        message.from_header.clone()
+                    } else {
+                        from.clone()
+                    },
+                    to: std::mem::take(&mut recipients),
+                    subject: message.subject,
+                    body: message.body,
+                });
+                Pending::new(&shared.environment, client, "smtp", "DATA", &host, port).finish(
+                    &shared.log,
+                    Verdict::Capture,
+                    "mail",
+                    data.len() as u64,
+                    0,
+                );
+                format!("250 2.0.0 captured as {id}\r\n").into_bytes()
+            }
+            "RSET" => {
+                from.clear();
+                recipients.clear();
+                b"250 2.0.0 OK\r\n".to_vec()
+            }
+            "NOOP" => b"250 2.0.0 OK\r\n".to_vec(),
+            "QUIT" => {
+                let _ = write.write_all(b"221 2.0.0 bye\r\n").await;
+                return;
+            }
+            "STARTTLS" => b"454 4.7.0 TLS not available; the sink accepts plain SMTP\r\n".to_vec(),
+            _ => b"502 5.5.2 command not recognized\r\n".to_vec(),
+        };
+        if write.write_all(&reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One CRLF-terminated line, without its ending; `None` on timeout, close, or an overlong line.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    idle: std::time::Duration,
+) -> Option<String> {
+    let mut line = Vec::new();
+    let read = tokio::time::timeout(idle, async {
+        let mut limited = tokio::io::AsyncReadExt::take(reader, MAX_LINE as u64);
+        limited.read_until(b'\n', &mut line).await
+    });
+    match read.await {
+        Ok(Ok(n)) if n > 0 && line.ends_with(b"\n") => {
+            let text = String::from_utf8_lossy(&line);
+            Some(text.trim_end_matches(['\r', '\n']).to_string())
+        }
+        _ => None,
+    }
+}
+
+/// The DATA section up to the lone ".", with dot-stuffing undone; `None` past `max_bytes`.
+async fn read_data<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    idle: std::time::Duration,
+    max_bytes: usize,
+) -> Option<String> {
+    let mut data = String::new();
+    loop {
+        let line = read_line(reader, idle).await?;
+        if line == "." {
+            return Some(data);
+        }
+        let line = line.strip_prefix('.').unwrap_or(&line);
+        if data.len() + line.len() + 2 > max_bytes {
+            return None;
+        }
+        data.push_str(line);
+        data.push_str("\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_headers_and_body() {
+        let message = parse_message(
+            "From: Shop <orders@shop.example>\r\nSubject: Your order\r\n  #42\r\nTo: a@b\r\n\r\nThanks!\r\n",
+        );
+        assert_eq!(message.subject, "Your order  #42");
+        assert_eq!(message.from_header, "Shop <orders@shop.example>");
+        assert_eq!(message.body, "Thanks!\r\n");
+    }
+
+    #[test]
+    fn path_arguments() {
+        assert_eq!(path_argument("<a@b.example> SIZE=100"), "a@b.example");
+        assert_eq!(path_argument(" a@b.example"), "a@b.example");
+        assert_eq!(path_argument("<>"), "");
+    }
+}

@@ -1,0 +1,277 @@
+//! TLS without terminating it: CONNECT tunnels through the forward proxy, and transparent TLS
+//! clients on port 443. Both are decided by name (the CONNECT host, or the ClientHello's server
+//! name) and spliced to the checked address; a CONNECT whose ClientHello names another server than
+//! the CONNECT host is refused (domain fronting).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use af_runtime::Verdict;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::body::{ProxyBody, full};
+use crate::context::Shared;
+use crate::decision_log::Pending;
+use crate::dial::{connect as dial, dial_address, logged_rule, read_hello};
+use crate::http_proxy::{denied, plain};
+use crate::policy::{Decision, DenyReason, Target, decide};
+
+/// The port transparent TLS clients meant to reach.
+const HTTPS_PORT: u16 = 443;
+
+/// What a captured host gets over TLS: the sidecar cannot answer without terminating TLS, which is
+/// not built, so the connection is refused and recorded as captured.
+const TLS_CAPTURE_NOTE: &str =
+    "tls not captured: the sidecar answers captured hosts over http:// only";
+
+/// Handles `CONNECT host:port`: decides, answers 200, then checks the ClientHello and splices.
+pub async fn connect(
+    mut req: Request<Incoming>,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+) -> Response<ProxyBody> {
+    let Some(authority) = req.uri().authority().cloned() else {
+        return plain(StatusCode::BAD_REQUEST, "CONNECT needs host:port\n");
+    };
+    let host = authority.host().to_string();
+    let port = authority.port_u16().unwrap_or(HTTPS_PORT);
+    let mut pending = Pending::new(&shared.environment, peer, "connect", "CONNECT", &host, port);
+    let Some(target) = Target::parse(&host) else {
+        pending.finish(
+            &shared.log,
+            Verdict::Deny,
+            &DenyReason::InvalidHost.to_string(),
+            0,
+            0,
+        );
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "the host is not a valid name or address\n",
+        );
+    };
+    let rule = match decide(&target, &shared.policy) {
+        Decision::Deny { reason } => {
+            pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
+            return denied(&target, &reason);
+        }
+        Decision::Capture { rule, .. } => {
+            pending.finish(
+                &shared.log,
+                Verdict::Capture,
+                &format!("{rule} ({TLS_CAPTURE_NOTE})"),
+                0,
+                0,
+            );
+            return plain(
+                StatusCode::BAD_GATEWAY,
+                &format!("af egress: {target} is captured; {TLS_CAPTURE_NOTE}\n"),
+            );
+        }
+        Decision::Allow { rule } => rule,
+    };
+    let (ip, via) = match dial_address(&target, &shared).await {
+        Ok(chosen) => chosen,
+        Err(reason) => {
+            pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
+            return denied(&target, &reason);
+        }
+    };
+    let addr = SocketAddr::new(ip, port);
+    pending.set_resolved(addr);
+    let rule = logged_rule(rule, via);
+    let upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                splice_tls(
+                    TokioIo::new(upgraded),
+                    &target,
+                    addr,
+                    pending,
+                    &rule,
+                    &shared,
+                )
+                .await
+            }
+            Err(err) => {
+                tracing::debug!(%peer, error = %err, "CONNECT upgrade failed");
+                pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
+            }
+        }
+    });
+    Response::new(full(""))
+}
+
+/// Reads the ClientHello, checks its server name against `target`, dials `addr`, replays the
+/// hello and relays both ways until either side closes. Records the decision at the end.
+async fn splice_tls<C>(
+    mut client: C,
+    target: &Target,
+    addr: SocketAddr,
+    pending: Pending,
+    rule: &str,
+    shared: &Shared,
+) where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let (hello, server_name) =
+        match read_hello(&mut client, shared.limits.client_hello_timeout()).await {
+            Ok(read) => read,
+            Err(reason) => {
+                return pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
+            }
+        };
+    if let Err(reason) = check_server_name(target, server_name.as_deref(), shared) {
+        return pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
+    }
+    relay_to(client, hello, addr, pending, rule, shared).await;
+}
+
+/// Domain fronting: a tunnel to an allowed name must carry that name in its ClientHello. A tunnel
+/// to an allowed IP literal may carry no name, or a name the policy allows too.
+fn check_server_name(
+    target: &Target,
+    server_name: Option<&str>,
+    shared: &Shared,
+) -> Result<(), DenyReason> {
+    let mismatch = || DenyReason::SniMismatch {
+        sni: server_name.unwrap_or("(none)").to_string(),
+    };
+    match (target, server_name) {
+        (Target::Name(name), Some(sni)) if sni == name => Ok(()),
+        (Target::Name(_), _) => Err(mismatch()),
+        (Target::Ip(_), None) => Ok(()),
+        (Target::Ip(_), Some(sni)) => {
+            match Target::parse(sni).map(|t| decide(&t, &shared.policy)) {
+                Some(Decision::Allow { .. }) => Ok(()),
+                _ => Err(mismatch()),
+            }
+        }
+    }
+}
+
+/// Dials `addr`, writes the bytes already read from the client, then copies both ways.
+async fn relay_to<C>(
+    mut client: C,
+    already_read: Vec<u8>,
+    addr: SocketAddr,
+    pending: Pending,
+    rule: &str,
+    shared: &Shared,
+) where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut upstream = match dial(addr, shared.limits.connect_timeout()).await {
+        Ok(stream) => stream,
+        Err(err) => {
+            tracing::debug!(%addr, error = %err, "upstream unreachable");
+            return pending.finish(&shared.log, Verdict::Allow, rule, 0, 0);
+        }
+    };
+    if upstream.write_all(&already_read).await.is_err() {
+        return pending.finish(&shared.log, Verdict::Allow, rule, 0, 0);
+    }
+    let (up, down) = tokio::io::copy_bidirectional(&mut client, &mut upstream)
+        .await
+        .unwrap_or((0, 0));
+    let up = up + already_read.len() as u64;
+    shared.metrics.bytes(up, down);
+    pending.finish(&shared.log, Verdict::Allow, rule, up, down);
+}
+
+/// Accepts transparent TLS clients until the listener fails for good.
+pub async fn serve_transparent_tls(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tokio::spawn(transparent_tls(stream, peer, shared.clone()));
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// A client that resolved an outside name to the sidecar and opened TLS to it: decided by the
+/// ClientHello's server name, spliced to the real host when allowed, closed otherwise.
+async fn transparent_tls(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let _open = shared.metrics.connection_opened();
+    let _ = stream.set_nodelay(true);
+    let unnamed = || {
+        Pending::new(
+            &shared.environment,
+            peer,
+            "tls-transparent",
+            "TLS",
+            "",
+            HTTPS_PORT,
+        )
+    };
+    let (hello, server_name) =
+        match read_hello(&mut stream, shared.limits.client_hello_timeout()).await {
+            Ok(read) => read,
+            Err(reason) => {
+                return unnamed().finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
+            }
+        };
+    let Some(server_name) = server_name else {
+        return unnamed().finish(
+            &shared.log,
+            Verdict::Deny,
+            &DenyReason::NoServerName.to_string(),
+            0,
+            0,
+        );
+    };
+    let mut pending = Pending::new(
+        &shared.environment,
+        peer,
+        "tls-transparent",
+        "TLS",
+        &server_name,
+        HTTPS_PORT,
+    );
+    let Some(target) = Target::parse(&server_name) else {
+        return pending.finish(
+            &shared.log,
+            Verdict::Deny,
+            &DenyReason::InvalidHost.to_string(),
+            0,
+            0,
+        );
+    };
+    match decide(&target, &shared.policy) {
+        Decision::Deny { reason } => {
+            pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0)
+        }
+        Decision::Capture { rule, .. } => pending.finish(
+            &shared.log,
+            Verdict::Capture,
+            &format!("{rule} ({TLS_CAPTURE_NOTE})"),
+            0,
+            0,
+        ),
+        Decision::Allow { rule } => match dial_address(&target, &shared).await {
+            Err(reason) => pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0),
+            Ok((ip, via)) => {
+                let addr = SocketAddr::new(ip, HTTPS_PORT);
+                pending.set_resolved(addr);
+                relay_to(
+                    stream,
+                    hello,
+                    addr,
+                    pending,
+                    &logged_rule(rule, via),
+                    &shared,
+                )
+                .await;
+            }
+        },
+    }
+}
