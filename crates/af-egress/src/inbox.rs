@@ -102,6 +102,10 @@ impl Inbox {
         removed
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn len(&self) -> usize {
         self.inner
             .lock()

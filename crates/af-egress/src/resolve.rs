@@ -10,10 +10,13 @@ use std::time::{Duration, Instant};
 
 use crate::config::ResolverConfig;
 
+/// Answers from the system resolver, with the time each was fetched.
+type AnswerCache = Arc<Mutex<HashMap<String, (Instant, Vec<IpAddr>)>>>;
+
 #[derive(Clone, Debug)]
 pub struct Resolver {
     static_hosts: Arc<BTreeMap<String, Vec<IpAddr>>>,
-    cache: Arc<Mutex<HashMap<String, (Instant, Vec<IpAddr>)>>>,
+    cache: AnswerCache,
     ttl: Duration,
 }
 

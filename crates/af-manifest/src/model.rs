@@ -135,13 +135,36 @@ pub struct EgressPolicy {
     pub mail: MailPolicy,
 }
 
-/// A host whose requests the sidecar answers itself, and with what.
+/// A host whose requests the sidecar answers itself, and with what. Reads as the manifest writes
+/// it: a bare host (default response) or `{host, response}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "CaptureRuleSpelling")]
 pub struct CaptureRule {
     pub host: HostRule,
-    #[serde(default)]
     pub response: CannedResponse,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CaptureRuleSpelling {
+    Host(HostRule),
+    Full {
+        host: HostRule,
+        #[serde(default)]
+        response: CannedResponse,
+    },
+}
+
+impl From<CaptureRuleSpelling> for CaptureRule {
+    fn from(spelling: CaptureRuleSpelling) -> Self {
+        match spelling {
+            CaptureRuleSpelling::Host(host) => CaptureRule {
+                host,
+                response: CannedResponse::default(),
+            },
+            CaptureRuleSpelling::Full { host, response } => CaptureRule { host, response },
+        }
+    }
 }
 
 /// The response a captured request gets.

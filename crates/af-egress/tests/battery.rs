@@ -1,0 +1,355 @@
+//! CONTAINMENT.md's battery routes that the sidecar itself must close (E10–E14, E16), each tried
+//! against a running sidecar and judged at the application layer, each beside a positive control
+//! that proves the listener it protects would have answered.
+
+mod support;
+
+use support::*;
+
+/// E10: TXT/MX/NULL queries for outside names are refused by the responder and never reach the
+/// platform's resolver. Positive control: a query for an internal name is forwarded and answered.
+#[test]
+fn e10_dns_cannot_tunnel_out() {
+    in_private_network(|| async {
+        let upstream_saw = platform_dns(addr(PLATFORM_DNS, 53)).await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let dns = addr(SIDECAR, 53);
+
+        let (rcode, addresses) = dns_query(dns, "web", 1)
+            .await
+            .expect("the internal name is answered");
+        assert_eq!(
+            (rcode, addresses),
+            (0, vec![SERVICE.parse().unwrap()]),
+            "positive control"
+        );
+        assert_eq!(headers_of(&upstream_saw), vec!["web".to_string()]);
+
+        for (qtype, name) in [
+            (16, "secret-data.exfil.example"),
+            (15, "exfil.example"),
+            (10, "c2.exfil.example"),
+        ] {
+            let (rcode, addresses) = dns_query(dns, name, qtype)
+                .await
+                .expect("refused, not silent");
+            assert_eq!(rcode, 5, "qtype {qtype} for {name} must be REFUSED");
+            assert!(addresses.is_empty());
+        }
+        assert_eq!(
+            headers_of(&upstream_saw),
+            vec!["web".to_string()],
+            "nothing outside was forwarded"
+        );
+        let refused = decisions("?verdict=deny").await;
+        let methods = counts(&refused, "method");
+        assert_eq!(
+            (methods["TXT"], methods["MX"], methods["NULL"]),
+            (1, 1, 1),
+            "{refused:?}"
+        );
+        assert!(
+            refused
+                .iter()
+                .all(|r| r["protocol"] == "dns" && r["rule"] == "dns-query-type")
+        );
+    });
+}
+
+/// E11: a client that ignores proxy settings resolves an outside name, gets the sidecar, connects
+/// straight to port 80, and is decided by its Host header and logged. Denied names are refused
+/// the same way.
+#[test]
+fn e11_a_proxy_ignoring_client_lands_on_the_sidecar() {
+    in_private_network(|| async {
+        let origin_saw = http_origin(addr(ORIGIN, 80), "origin").await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+
+        let (_, resolved) = dns_query(addr(SIDECAR, 53), "api.allowed.test", 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            resolved,
+            vec![SIDECAR.parse::<std::net::IpAddr>().unwrap()],
+            "outside names resolve to the sidecar"
+        );
+        let answer = exchange(
+            std::net::SocketAddr::new(resolved[0], 80),
+            b"GET /v1/thing HTTP/1.1\r\nhost: api.allowed.test\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("origin saw /v1/thing"), "{answer}");
+        assert_eq!(headers_of(&origin_saw).len(), 1);
+
+        let (_, resolved) = dns_query(addr(SIDECAR, 53), "tracker.example", 1)
+            .await
+            .unwrap();
+        let answer = exchange(
+            std::net::SocketAddr::new(resolved[0], 80),
+            b"GET / HTTP/1.1\r\nhost: tracker.example\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+
+        let logged = decisions("").await;
+        let allowed = logged
+            .iter()
+            .find(|r| r["host"] == "api.allowed.test")
+            .expect("the allowed request is logged");
+        assert_eq!(allowed["protocol"], "http-transparent");
+        assert_eq!(allowed["verdict"], "allow");
+        assert_eq!(allowed["resolved"], format!("{ORIGIN}:80"));
+        assert_eq!(allowed["rule"], "api.allowed.test via 203.0.113.0/24");
+        let denied = logged
+            .iter()
+            .find(|r| r["host"] == "tracker.example")
+            .expect("the denied request is logged");
+        assert_eq!(
+            (denied["verdict"].as_str(), denied["rule"].as_str()),
+            (Some("deny"), Some("not-listed"))
+        );
+    });
+}
+
+/// E12: a CONNECT to an allowed host whose ClientHello names another server is refused before any
+/// byte reaches the origin. Positive control: the matching name gets through and is answered.
+#[test]
+fn e12_domain_fronting_is_refused() {
+    in_private_network(|| async {
+        let origin_saw = tcp_origin(addr(ORIGIN, 443)).await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+
+        let fronted = connect_then(&client_hello("evil.example")).await;
+        assert!(
+            fronted.starts_with("HTTP/1.1 200"),
+            "the CONNECT itself is allowed: {fronted}"
+        );
+        assert!(
+            !fronted.contains("ack:"),
+            "the fronted hello must not reach the origin: {fronted}"
+        );
+        assert!(headers_of(&origin_saw).is_empty());
+
+        let honest = connect_then(&client_hello("api.allowed.test")).await;
+        assert!(honest.contains("ack:"), "positive control: {honest}");
+        assert_eq!(headers_of(&origin_saw).len(), 1);
+
+        let logged = decisions("?host=api.allowed.test").await;
+        let rules: Vec<&str> = logged.iter().map(|r| r["rule"].as_str().unwrap()).collect();
+        assert!(rules.contains(&"sni-mismatch:evil.example"), "{rules:?}");
+        assert!(
+            logged
+                .iter()
+                .any(|r| r["verdict"] == "allow" && r["bytes_down"].as_u64().unwrap() > 0)
+        );
+    });
+}
+
+/// CONNECT api.allowed.test:443, then send `then`; everything that comes back.
+async fn connect_then(then: &[u8]) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr(SIDECAR, 3128))
+        .await
+        .unwrap();
+    use tokio::io::AsyncWriteExt;
+    stream
+        .write_all(b"CONNECT api.allowed.test:443 HTTP/1.1\r\nhost: api.allowed.test:443\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_response(&mut stream).await;
+    stream.write_all(then).await.unwrap();
+    format!("{head}{}", read_all(&mut stream).await)
+}
+
+/// E13: an allowed name that resolves to a private, loopback, link-local (metadata) or ULA address
+/// is refused (DNS rebinding). Positive controls: each of those listeners answers a direct request,
+/// and an allowed name resolving to a permitted address is forwarded.
+#[test]
+fn e13_rebinding_to_special_addresses_is_refused() {
+    in_private_network(|| async {
+        http_origin(addr(ORIGIN, 80), "origin").await;
+        http_origin(addr(PRIVATE, 80), "private").await;
+        http_origin(addr("127.0.0.1", 80), "loopback").await;
+        http_origin(addr(METADATA, 80), "metadata").await;
+        http_origin("[fd00:ec2::254]:80".parse().unwrap(), "v6metadata").await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+
+        for (host, listener) in [
+            (PRIVATE, "private"),
+            ("127.0.0.1", "loopback"),
+            (METADATA, "metadata"),
+            ("[fd00:ec2::254]", "v6metadata"),
+        ] {
+            let target: std::net::SocketAddr = format!("{host}:80").parse().unwrap();
+            let direct = exchange(
+                target,
+                b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+            )
+            .await;
+            assert!(
+                direct.ends_with(&format!("{listener} saw /")),
+                "positive control for {listener}: {direct}"
+            );
+        }
+        let through = proxied_get("api.allowed.test").await;
+        assert!(
+            through.ends_with("origin saw /"),
+            "positive control: {through}"
+        );
+
+        for (name, class) in [
+            ("rebind-private.allowed.test", "private"),
+            ("rebind-loopback.allowed.test", "loopback"),
+            ("rebind-metadata.allowed.test", "link-local"),
+            ("rebind-v6metadata.allowed.test", "unique local (ULA)"),
+        ] {
+            let answer = proxied_get(name).await;
+            assert!(answer.starts_with("HTTP/1.1 403"), "{name}: {answer}");
+            assert!(
+                !answer.contains(" saw "),
+                "{name} reached a listener: {answer}"
+            );
+            let logged = decisions(&format!("?host={name}")).await;
+            assert!(
+                logged[0]["rule"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("resolved-to-{class}")),
+                "{logged:?}"
+            );
+        }
+    });
+}
+
+async fn proxied_get(host: &str) -> String {
+    exchange(
+        addr(SIDECAR, 3128),
+        format!("GET http://{host}/ HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+}
+
+/// E14: CONNECT or absolute-form requests to IP literals no rule names, and to special-purpose
+/// ranges (metadata, NAT64, 6to4, Teredo), are refused. Positive controls: the listeners answer
+/// directly, and an IP literal inside the allowed CIDR is forwarded.
+#[test]
+fn e14_ip_literals_and_special_ranges_are_refused() {
+    in_private_network(|| async {
+        http_origin(addr(ORIGIN, 80), "origin").await;
+        http_origin(addr(UNLISTED, 80), "unlisted").await;
+        http_origin(addr(METADATA, 80), "metadata").await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+
+        let direct = exchange(
+            addr(UNLISTED, 80),
+            b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(
+            direct.ends_with("unlisted saw /"),
+            "positive control: {direct}"
+        );
+        let allowed = proxied_get(ORIGIN).await;
+        assert!(
+            allowed.ends_with("origin saw /"),
+            "positive control, a literal the CIDR names: {allowed}"
+        );
+
+        for host in [
+            UNLISTED,
+            METADATA,
+            "[fd00:ec2::254]",
+            "[64:ff9b::cb00:710a]",
+            "[2002:cb00:710a::1]",
+            "[2001::cb00:710a]",
+        ] {
+            let answer = proxied_get(host).await;
+            assert!(answer.starts_with("HTTP/1.1 403"), "GET {host}: {answer}");
+            let connect = exchange(
+                addr(SIDECAR, 3128),
+                format!(
+                    "CONNECT {host}:443 HTTP/1.1\r\nhost: {host}:443\r\nconnection: close\r\n\r\n"
+                )
+                .as_bytes(),
+            )
+            .await;
+            assert!(
+                connect.starts_with("HTTP/1.1 403"),
+                "CONNECT {host}: {connect}"
+            );
+        }
+        let denied = decisions("?verdict=deny").await;
+        assert_eq!(denied.len(), 12, "{denied:?}");
+        assert!(denied.iter().all(|r| r["rule"] == "ip-literal"));
+    });
+}
+
+/// E16: the control API is not reachable from a workload: connections on the sidecar's
+/// workload-facing address are closed unread (even with the API bound to every address), and the
+/// proxy refuses to carry requests to it. Positive control: the host side reaches it.
+#[test]
+fn e16_workloads_cannot_reach_the_control_api() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(POLICY, "").await;
+        // A second sidecar whose control API listens on every address, to prove the refusal does
+        // not depend on the bind.
+        let everywhere = start_sidecar_control_everywhere().await;
+
+        let (status, body) = control_get("/healthz", None).await;
+        assert!(
+            status.contains("200") && body == "ok\n",
+            "positive control: {status} {body}"
+        );
+        let (status, _) = control_get("/v1/inbox", Some(TOKEN)).await;
+        assert!(
+            status.contains("200"),
+            "positive control with the token: {status}"
+        );
+        let (status, _) = control_get("/v1/inbox", None).await;
+        assert!(status.contains("401"), "without the token: {status}");
+        let (status, _) = control_get("/v1/inbox", Some("wrong-token-0123456789")).await;
+        assert!(status.contains("401"), "with a wrong token: {status}");
+
+        let from_workload_side = exchange(
+            addr(SIDECAR, everywhere),
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(
+            from_workload_side, "",
+            "the workload-facing address must answer nothing"
+        );
+        let positive = exchange(
+            addr("127.0.0.1", everywhere),
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(
+            positive.ends_with("ok\n"),
+            "positive control on the same listener: {positive}"
+        );
+
+        for host in ["127.0.0.1:9901", &format!("{SIDECAR}:{everywhere}")] {
+            let through = exchange(addr(SIDECAR, 3128), format!("GET http://{host}/healthz HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes()).await;
+            assert!(through.starts_with("HTTP/1.1 403"), "{host}: {through}");
+        }
+    });
+}
+
+/// A sidecar with only a control API, bound to 0.0.0.0 on a free port; returns the port.
+async fn start_sidecar_control_everywhere() -> u16 {
+    let dir = std::env::temp_dir().join(format!("af-egress-e16-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = format!(
+        "environment: e16\nlisten: {{smtp: [127.0.0.1:2525]}}\ncontrol: {{listen: 0.0.0.0:0, token: {TOKEN}, workload_addresses: [{SIDECAR}]}}\nlog: {{path: {}}}\n",
+        dir.join("log.jsonl").display()
+    );
+    let running = af_egress::start(af_egress::parse_config(&config, &dir).unwrap())
+        .await
+        .unwrap();
+    let port = running.addresses.control.unwrap().port();
+    // Keep it serving for the rest of the test.
+    std::mem::forget(running);
+    port
+}

@@ -1,0 +1,419 @@
+//! The sidecar's other duties, against a running sidecar in a private network: capture into the
+//! inbox (HTTP and mail), webhook delivery, the decision log's queries, metrics, transparent TLS,
+//! keep-alive with streamed bodies, and staying up for everyone else when one client misbehaves.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+#[test]
+fn captured_http_and_mail_land_in_the_inbox() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let body = r#"{"amount": 4200, "currency": "eur"}"#;
+        let answer = exchange(
+            addr(SIDECAR, 3128),
+            format!(
+                "POST http://api.payments.test/v1/charges HTTP/1.1\r\nhost: api.payments.test\r\ncontent-type: application/json\r\nproxy-authorization: Basic c2VjcmV0\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("x-af-verdict: capture"), "{answer}");
+        assert!(
+            answer.ends_with(r#"{"id": "ch_twin"}"#),
+            "the configured canned response: {answer}"
+        );
+
+        let default = exchange(addr(SIDECAR, 3128), b"POST http://hooks.chat.test/x HTTP/1.1\r\nhost: hooks.chat.test\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+        assert!(
+            default.starts_with("HTTP/1.1 202"),
+            "the default is 202 with an empty JSON object: {default}"
+        );
+        assert!(default.ends_with("{}"), "{default}");
+
+        let mut smtp = TcpStream::connect(addr(SIDECAR, 25)).await.unwrap();
+        smtp.write_all(
+            b"EHLO shop\r\nMAIL FROM:<orders@shop.test>\r\nRCPT TO:<alice@customer.test>\r\nDATA\r\nFrom: Shop <orders@shop.test>\r\nSubject: Order 42 confirmed\r\n\r\nThank you for your order.\r\n..signed\r\n.\r\nQUIT\r\n",
+        )
+        .await
+        .unwrap();
+        let transcript = read_all(&mut smtp).await;
+        assert!(transcript.starts_with("220 "), "{transcript}");
+        assert!(transcript.contains("250 2.0.0 captured as"), "{transcript}");
+        assert!(
+            transcript.trim_end().ends_with("221 2.0.0 bye"),
+            "{transcript}"
+        );
+
+        let entries = inbox().await;
+        assert_eq!(entries.len(), 3, "{entries:?}");
+        let charge = &entries[0];
+        assert_eq!(charge["kind"], "http");
+        assert_eq!(charge["method"], "POST");
+        assert_eq!(charge["host"], "api.payments.test");
+        assert_eq!(charge["path"], "/v1/charges");
+        assert_eq!(charge["body"], body);
+        assert_eq!(charge["headers"]["content-type"], "application/json");
+        assert!(
+            charge["headers"].get("proxy-authorization").is_none(),
+            "the proxy credential is not stored"
+        );
+        let mail = &entries[2];
+        assert_eq!(mail["kind"], "mail");
+        assert_eq!(mail["from"], "orders@shop.test");
+        assert_eq!(mail["to"], serde_json::json!(["alice@customer.test"]));
+        assert_eq!(mail["subject"], "Order 42 confirmed");
+        assert_eq!(
+            mail["body"], "Thank you for your order.\r\n.signed\r\n",
+            "dot-stuffing undone"
+        );
+
+        let (status, one) = control_get(
+            &format!("/v1/inbox/{}", mail["id"].as_str().unwrap()),
+            Some(TOKEN),
+        )
+        .await;
+        assert!(
+            status.contains("200") && one.contains("Order 42 confirmed"),
+            "{status} {one}"
+        );
+        let (status, _) = control_request("DELETE", "/v1/inbox", Some(TOKEN), "").await;
+        assert!(status.contains("200"));
+        assert!(inbox().await.is_empty());
+
+        let captured = decisions("?verdict=capture").await;
+        assert_eq!(
+            counts(&captured, "protocol"),
+            [("http".to_string(), 2), ("smtp".to_string(), 1)].into()
+        );
+    });
+}
+
+#[test]
+fn mail_is_refused_and_recorded_when_not_captured() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(&POLICY.replace("mail: capture", "mail: deny"), "").await;
+        let answer = exchange(addr(SIDECAR, 25), b"EHLO x\r\n").await;
+        assert!(answer.starts_with("554 "), "{answer}");
+        let denied = decisions("?verdict=deny").await;
+        assert_eq!(denied[0]["protocol"], "smtp");
+        assert_eq!(denied[0]["rule"], "mail-denied");
+        assert!(inbox().await.is_empty());
+    });
+}
+
+#[test]
+fn a_webhook_is_delivered_to_a_service_and_recorded() {
+    in_private_network(|| async {
+        let service_saw = http_origin(addr(SERVICE, 8080), "web").await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let request = serde_json::json!({
+            "service": "web", "path": "/hooks/payment", "method": "POST",
+            "headers": {"x-signature": "t=1,v1=abc"}, "body": "{\"paid\": true}"
+        });
+        let (status, body) =
+            control_request("POST", "/v1/webhooks", Some(TOKEN), &request.to_string()).await;
+        assert!(status.contains("200"), "{status}: {body}");
+        let delivery: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(delivery["status"], 200);
+        assert_eq!(delivery["body"], "web saw /hooks/payment");
+        let seen = headers_of(&service_saw);
+        assert!(seen[0].contains("x-signature: t=1,v1=abc"), "{seen:?}");
+
+        let unknown = serde_json::json!({"service": "nope", "path": "/", "method": "GET", "headers": {}, "body": ""});
+        let (status, body) =
+            control_request("POST", "/v1/webhooks", Some(TOKEN), &unknown.to_string()).await;
+        assert!(
+            status.contains("502") && body.contains("known: web"),
+            "{status}: {body}"
+        );
+
+        let logged = decisions("?host=web").await;
+        assert_eq!(logged.len(), 1);
+        assert_eq!(
+            (
+                logged[0]["protocol"].as_str(),
+                logged[0]["verdict"].as_str()
+            ),
+            (Some("webhook"), Some("allow"))
+        );
+    });
+}
+
+#[test]
+fn the_decision_log_filters_and_follows() {
+    in_private_network(|| async {
+        http_origin(addr(ORIGIN, 80), "origin").await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        for host in ["api.allowed.test", "blocked.example", "blocked.example"] {
+            exchange(
+                addr(SIDECAR, 3128),
+                format!("GET http://{host}/ HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await;
+        }
+        let all = decisions("").await;
+        assert_eq!(all.len(), 3);
+        for record in &all {
+            for field in [
+                "time",
+                "environment",
+                "client",
+                "protocol",
+                "method",
+                "host",
+                "port",
+                "resolved",
+                "verdict",
+                "rule",
+                "bytes_up",
+                "bytes_down",
+                "duration_ms",
+            ] {
+                assert!(record.get(field).is_some(), "{field} missing from {record}");
+            }
+            assert_eq!(record["environment"], "test-env");
+            assert_eq!(
+                record["client"], SIDECAR,
+                "the client address as the sidecar saw it"
+            );
+        }
+        assert_eq!(
+            decisions("?verdict=deny&host=blocked.example").await.len(),
+            2
+        );
+        assert_eq!(
+            decisions("?verdict=allow").await[0]["bytes_down"],
+            "origin saw /".len()
+        );
+        let first = all[0]["time"].as_str().unwrap();
+        assert_eq!(decisions(&format!("?since={first}")).await.len(), 3);
+        assert!(decisions("?since=2999-01-01T00:00:00Z").await.is_empty());
+
+        // Follow: the stored records, then each new one as it is made.
+        let mut follower = TcpStream::connect(addr("127.0.0.1", 9901)).await.unwrap();
+        follower
+            .write_all(format!("GET /v1/decisions?follow=true&verdict=deny HTTP/1.1\r\nhost: c\r\nauthorization: Bearer {TOKEN}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        exchange(addr(SIDECAR, 3128), b"GET http://later.example/ HTTP/1.1\r\nhost: later.example\r\nconnection: close\r\n\r\n").await;
+        let mut seen = String::new();
+        while !seen.contains("later.example") {
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout(
+                Duration::from_secs(5),
+                tokio::io::AsyncReadExt::read(&mut follower, &mut chunk),
+            )
+            .await
+            .expect("the followed record arrives")
+            .unwrap();
+            assert!(n > 0, "the follow stream ended: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+        assert_eq!(
+            seen.matches("blocked.example").count(),
+            2,
+            "the stored denials come first: {seen}"
+        );
+    });
+}
+
+#[test]
+fn metrics_count_what_happened() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(POLICY, "").await;
+        exchange(addr(SIDECAR, 3128), b"GET http://blocked.example/ HTTP/1.1\r\nhost: blocked.example\r\nconnection: close\r\n\r\n").await;
+        dns_query(addr(SIDECAR, 53), "anything.example", 1)
+            .await
+            .unwrap();
+        let (status, text) = control_get("/metrics", Some(TOKEN)).await;
+        assert!(status.contains("200"));
+        assert!(
+            text.contains("af_egress_decisions_total{protocol=\"http\",verdict=\"deny\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("af_egress_dns_queries_total{outcome=\"answered\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE af_egress_connections_open gauge"),
+            "{text}"
+        );
+        let (status, _) = control_get("/metrics", None).await;
+        assert!(status.contains("401"));
+    });
+}
+
+/// A client that ignores proxy settings and opens TLS to the sidecar on 443 is decided by its
+/// ClientHello's server name: the allowed one is spliced through, the others are closed.
+#[test]
+fn transparent_tls_is_decided_by_server_name() {
+    in_private_network(|| async {
+        let origin_saw = tcp_origin(addr(ORIGIN, 443)).await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let allowed = exchange(addr(SIDECAR, 443), &client_hello("api.allowed.test")).await;
+        assert!(allowed.starts_with("ack:"), "{allowed}");
+        let denied = exchange(addr(SIDECAR, 443), &client_hello("tracker.example")).await;
+        assert_eq!(denied, "");
+        let plain = exchange(
+            addr(SIDECAR, 443),
+            b"GET / HTTP/1.1\r\nhost: api.allowed.test\r\n\r\n",
+        )
+        .await;
+        assert_eq!(plain, "", "not TLS on the TLS port");
+        assert_eq!(headers_of(&origin_saw).len(), 1);
+        let logged = decisions("").await;
+        let rules: Vec<&str> = logged.iter().map(|r| r["rule"].as_str().unwrap()).collect();
+        assert!(
+            rules.contains(&"not-listed") && rules.contains(&"not-tls"),
+            "{rules:?}"
+        );
+        assert!(logged.iter().all(|r| r["protocol"] == "tls-transparent"));
+    });
+}
+
+/// Two requests on one client connection, the second with a 1 MiB body streamed through.
+#[test]
+fn keep_alive_and_large_bodies() {
+    in_private_network(|| async {
+        let origin_saw = http_origin(addr(ORIGIN, 80), "origin").await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let mut client = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        client
+            .write_all(
+                b"GET http://api.allowed.test/one HTTP/1.1\r\nhost: api.allowed.test\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        assert!(
+            read_response(&mut client)
+                .await
+                .ends_with("origin saw /one")
+        );
+        let body = vec![b'x'; 1 << 20];
+        client
+            .write_all(format!("POST http://api.allowed.test/two HTTP/1.1\r\nhost: api.allowed.test\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes())
+            .await
+            .unwrap();
+        client.write_all(&body).await.unwrap();
+        assert!(
+            read_response(&mut client)
+                .await
+                .ends_with("origin saw /two")
+        );
+        let seen = headers_of(&origin_saw);
+        assert_eq!(seen.len(), 2);
+        assert!(
+            seen[1].starts_with("POST /two HTTP/1.1"),
+            "forwarded in origin form: {seen:?}"
+        );
+        assert!(!seen[1].to_ascii_lowercase().contains("proxy-connection"));
+        let logged = decisions("?verdict=allow").await;
+        assert_eq!(logged[1]["bytes_up"], 1 << 20);
+    });
+}
+
+/// Misbehaving clients get a clean refusal, and the sidecar keeps serving everyone else.
+#[test]
+fn hostile_clients_are_refused_and_others_still_served() {
+    in_private_network(|| async {
+        http_origin(addr(ORIGIN, 80), "origin").await;
+        let origin_tls = tcp_origin(addr(ORIGIN, 443)).await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let still_serving = || async {
+            let answer = exchange(addr(SIDECAR, 3128), b"GET http://api.allowed.test/ok HTTP/1.1\r\nhost: api.allowed.test\r\nconnection: close\r\n\r\n").await;
+            assert!(
+                answer.ends_with("origin saw /ok"),
+                "the sidecar stopped serving: {answer}"
+            );
+        };
+
+        // A malformed request.
+        let garbage = exchange(addr(SIDECAR, 3128), b"\x00\x01GARBAGE \xff\r\n\r\n").await;
+        assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage:?}");
+        still_serving().await;
+
+        // A slowloris client: it starts a request head and never finishes it.
+        let mut slow = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        slow.write_all(
+            b"GET http://api.allowed.test/ HTTP/1.1\r\nhost: api.allowed.test\r\nx-slow: ",
+        )
+        .await
+        .unwrap();
+        still_serving().await;
+        let slow_answer = until_closed(&mut slow)
+            .await
+            .expect("the slow client is cut off");
+        assert!(
+            slow_answer.is_empty() || slow_answer.starts_with("HTTP/1.1 408"),
+            "{slow_answer}"
+        );
+
+        // A 10 MB header.
+        let mut huge = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        let _ = huge
+            .write_all(b"GET http://api.allowed.test/ HTTP/1.1\r\nx-huge: ")
+            .await;
+        let filler = vec![b'a'; 1 << 20];
+        for _ in 0..10 {
+            if huge.write_all(&filler).await.is_err() {
+                break;
+            }
+        }
+        let huge_answer = until_closed(&mut huge)
+            .await
+            .expect("the 10 MB header is refused, not buffered");
+        assert!(
+            huge_answer.is_empty() || huge_answer.starts_with("HTTP/1.1 431"),
+            "{}",
+            &huge_answer[..huge_answer.len().min(100)]
+        );
+        still_serving().await;
+
+        // A ClientHello split across segments, arriving slowly.
+        let mut split = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        split
+            .write_all(
+                b"CONNECT api.allowed.test:443 HTTP/1.1\r\nhost: api.allowed.test:443\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        assert!(read_response(&mut split).await.starts_with("HTTP/1.1 200"));
+        let hello = client_hello("api.allowed.test");
+        for piece in hello.chunks(7) {
+            split.write_all(piece).await.unwrap();
+            split.flush().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let answer = read_all(&mut split).await;
+        assert_eq!(
+            answer,
+            format!("ack:{}", hello.len()),
+            "the reassembled hello reached the origin whole"
+        );
+        assert_eq!(headers_of(&origin_tls).len(), 1);
+
+        // Garbage on the DNS port, over UDP and TCP.
+        let udp = tokio::net::UdpSocket::bind("0.0.0.0:0").await.unwrap();
+        udp.send_to(b"\x13\x37not dns at all", addr(SIDECAR, 53))
+            .await
+            .unwrap();
+        udp.send_to(b"\x00", addr(SIDECAR, 53)).await.unwrap();
+        let tcp_garbage = exchange(addr(SIDECAR, 53), b"\x00\x05hello").await;
+        assert!(tcp_garbage.len() < 64, "{tcp_garbage:?}");
+        let (rcode, answer) = dns_query(addr(SIDECAR, 53), "still.example", 1)
+            .await
+            .expect("DNS still answers");
+        assert_eq!((rcode, answer), (0, vec![SIDECAR.parse().unwrap()]));
+        still_serving().await;
+    });
+}
