@@ -64,6 +64,39 @@ pub fn read_client_hello(bytes: &[u8]) -> HelloRead {
     }
 }
 
+/// A minimal, well-formed TLS 1.3 ClientHello naming `server_name` (or no server), in one record:
+/// what tests and benchmarks send where a real TLS client would.
+pub fn build_client_hello(server_name: Option<&str>) -> Vec<u8> {
+    let mut extensions = Vec::new();
+    if let Some(name) = server_name {
+        let name = name.as_bytes();
+        let mut entry = vec![0u8];
+        entry.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        entry.extend_from_slice(name);
+        let mut ext_data = (entry.len() as u16).to_be_bytes().to_vec();
+        ext_data.extend_from_slice(&entry);
+        extensions.extend_from_slice(&0u16.to_be_bytes());
+        extensions.extend_from_slice(&(ext_data.len() as u16).to_be_bytes());
+        extensions.extend_from_slice(&ext_data);
+    }
+    // supported_versions, so the hello looks like a real TLS 1.3 one.
+    extensions.extend_from_slice(&[0x00, 0x2b, 0x00, 0x03, 0x02, 0x03, 0x04]);
+    let mut body = vec![0x03, 0x03];
+    body.extend_from_slice(&[7u8; 32]);
+    body.push(0);
+    body.extend_from_slice(&[0x00, 0x02, 0x13, 0x01]);
+    body.extend_from_slice(&[0x01, 0x00]);
+    body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
+    body.extend_from_slice(&extensions);
+    let mut handshake = vec![0x01];
+    handshake.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+    handshake.extend_from_slice(&body);
+    let mut record = vec![0x16, 0x03, 0x01];
+    record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
+    record.extend_from_slice(&handshake);
+    record
+}
+
 /// A cursor over a byte slice that refuses to read past its end.
 struct Cursor<'a>(&'a [u8]);
 
@@ -142,39 +175,11 @@ fn parse_server_name(data: &[u8]) -> Option<String> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
-    /// A minimal, well-formed ClientHello carrying `server_name` (or none), in one record.
-    pub(crate) fn client_hello(server_name: Option<&str>) -> Vec<u8> {
-        let mut extensions = Vec::new();
-        if let Some(name) = server_name {
-            let name = name.as_bytes();
-            let mut entry = vec![0u8];
-            entry.extend_from_slice(&(name.len() as u16).to_be_bytes());
-            entry.extend_from_slice(name);
-            let mut ext_data = (entry.len() as u16).to_be_bytes().to_vec();
-            ext_data.extend_from_slice(&entry);
-            extensions.extend_from_slice(&0u16.to_be_bytes());
-            extensions.extend_from_slice(&(ext_data.len() as u16).to_be_bytes());
-            extensions.extend_from_slice(&ext_data);
-        }
-        // supported_versions, so the hello looks like a real TLS 1.3 one.
-        extensions.extend_from_slice(&[0x00, 0x2b, 0x00, 0x03, 0x02, 0x03, 0x04]);
-        let mut body = vec![0x03, 0x03];
-        body.extend_from_slice(&[7u8; 32]);
-        body.push(0);
-        body.extend_from_slice(&[0x00, 0x02, 0x13, 0x01]);
-        body.extend_from_slice(&[0x01, 0x00]);
-        body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
-        body.extend_from_slice(&extensions);
-        let mut handshake = vec![0x01];
-        handshake.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
-        handshake.extend_from_slice(&body);
-        let mut record = vec![0x16, 0x03, 0x01];
-        record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
-        record.extend_from_slice(&handshake);
-        record
+    fn client_hello(server_name: Option<&str>) -> Vec<u8> {
+        build_client_hello(server_name)
     }
 
     #[test]

@@ -216,7 +216,16 @@ async fn relay(
             );
         }
     };
+    let client_closes = wants_close(&parts.headers);
     remove_hop_by_hop(&mut parts.headers);
+    if client_closes {
+        // This is the last request on the upstream connection too: saying so lets the origin close
+        // first, so its side, not the sidecar's, holds the TIME_WAIT (a sidecar that closed first
+        // would run out of ports to the origin under new-connection-per-request load).
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     let request = Request::from_parts(parts, CountedBody::new(body, up.clone(), None).boxed());
 
     let mut slot = upstream.lock().await;
@@ -281,6 +290,8 @@ async fn reuse_or_connect(
     }
     let stream = connect(addr, shared.limits.connect_timeout()).await?;
     let (sender, connection) = hyper::client::conn::http1::Builder::new()
+        // Large bodies stream through in chunks; a small read buffer bounds memory per connection.
+        .max_buf_size(UPSTREAM_READ_BUFFER)
         .handshake(TokioIo::new(stream))
         .await?;
     tokio::spawn(async move {
@@ -347,6 +358,19 @@ async fn capture(
         .headers_mut()
         .insert(VERDICT_HEADER, HeaderValue::from_static("capture"));
     answer
+}
+
+/// The most an upstream connection buffers while reading a response.
+const UPSTREAM_READ_BUFFER: usize = 64 << 10;
+
+/// Whether the client asked to close its connection after this request.
+fn wants_close(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("close"))
 }
 
 /// Tells a client which verdict the sidecar reached, on every answer it makes itself.

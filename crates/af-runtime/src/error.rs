@@ -189,7 +189,13 @@ mod tests {
         let codes: Vec<&str> = RunCode::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(
             codes,
-            ["AF-RUN-043", "AF-RUN-044", "AF-RUN-045", "AF-RUN-047", "AF-RUN-050"]
+            [
+                "AF-RUN-043",
+                "AF-RUN-044",
+                "AF-RUN-045",
+                "AF-RUN-047",
+                "AF-RUN-050"
+            ]
         );
     }
 

@@ -394,6 +394,25 @@ pub async fn decisions(query: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The decision log once a record matching `wanted` is in it: a tunnel's record is written when
+/// the tunnel closes, a moment after the client has read its last byte. Waits at most 5 s.
+pub async fn decisions_once(
+    query: &str,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    for _ in 0..100 {
+        let records = decisions(query).await;
+        if records.iter().any(&wanted) {
+            return records;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "no matching record in the decision log: {:?}",
+        decisions(query).await
+    );
+}
+
 /// Sends one DNS query over UDP and returns (rcode, addresses), or `None` when nothing answers
 /// within a second.
 pub async fn dns_query(
@@ -419,27 +438,7 @@ pub async fn dns_query(
 
 /// A minimal TLS ClientHello naming `server_name`.
 pub fn client_hello(server_name: &str) -> Vec<u8> {
-    let name = server_name.as_bytes();
-    let mut sni = vec![0u8];
-    sni.extend_from_slice(&(name.len() as u16).to_be_bytes());
-    sni.extend_from_slice(name);
-    let mut ext = (sni.len() as u16).to_be_bytes().to_vec();
-    ext.extend_from_slice(&sni);
-    let mut extensions = vec![0, 0];
-    extensions.extend_from_slice(&(ext.len() as u16).to_be_bytes());
-    extensions.extend_from_slice(&ext);
-    let mut body = vec![3, 3];
-    body.extend_from_slice(&[1u8; 32]);
-    body.extend_from_slice(&[0, 0, 2, 0x13, 0x01, 1, 0]);
-    body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
-    body.extend_from_slice(&extensions);
-    let mut handshake = vec![1];
-    handshake.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
-    handshake.extend_from_slice(&body);
-    let mut record = vec![0x16, 3, 1];
-    record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
-    record.extend_from_slice(&handshake);
-    record
+    af_egress::client_hello::build_client_hello(Some(server_name))
 }
 
 /// JSON for the inbox, through the control API.

@@ -1,0 +1,230 @@
+//! `af-bench`: measured speed, as ratios against baselines run in the same invocation.
+//!
+//! - `af-bench proxy`: direct client→origin, through `af-proxy`, and through squid, for plain HTTP
+//!   and CONNECT, small and 1 MiB responses, 1 and 64 connections, keep-alive on and off.
+//! - `af-bench dns`: the sidecar's DNS responder against dnsmasq with the same upstream.
+//!
+//! Needs root (it builds a network namespace for the origin) and squid and dnsmasq (Debian
+//! packages). Nothing leaves the machine: the origin and the upstream resolver sit at TEST-NET
+//! addresses in the benchmark's own namespace.
+
+mod dnsload;
+mod load;
+mod origin;
+mod proxies;
+mod world;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::{Parser, Subcommand};
+
+use crate::load::{Measured, Scenario};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "af-bench",
+    about = "Benchmarks with baselines measured in the same run"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The sidecar's proxy against direct and squid.
+    Proxy {
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// The sidecar's DNS responder against dnsmasq.
+    Dns {
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// (internal) The origin servers, run inside the benchmark's namespace.
+    #[command(hide = true)]
+    Origin,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Origin => runtime.block_on(origin::serve()),
+        Command::Proxy { seconds } => {
+            let _world = world::World::create()?;
+            runtime.block_on(proxy_bench(Duration::from_secs_f64(seconds)))
+        }
+        Command::Dns { seconds } => {
+            let _world = world::World::create()?;
+            runtime.block_on(dns_bench(Duration::from_secs_f64(seconds)))
+        }
+    }
+}
+
+/// Waits until something accepts TCP connections at `addr` (at most 10 s).
+pub fn wait_for_port(addr: &str) -> Result<()> {
+    let target: SocketAddr = addr.parse()?;
+    for _ in 0..200 {
+        if std::net::TcpStream::connect_timeout(&target, Duration::from_millis(50)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("nothing listens on {addr}")
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Latency a proxy adds over direct at percentile `p`, in ms (never below zero).
+fn added(proxied: &Measured, direct: &Measured, p: f64) -> f64 {
+    (ms(proxied.percentile(p)) - ms(direct.percentile(p))).max(0.0)
+}
+
+async fn proxy_bench(duration: Duration) -> Result<()> {
+    let ours_port = proxies::free_port()?;
+    let squid_port = proxies::free_port()?;
+    let ours = proxies::start_ours(ours_port, None)?;
+    let squid = proxies::start_squid(squid_port)?;
+    let ours_addr: SocketAddr = format!("127.0.0.1:{ours_port}").parse()?;
+    let squid_addr: SocketAddr = format!("127.0.0.1:{squid_port}").parse()?;
+
+    let mut scenarios = Vec::new();
+    for tunnel in [false, true] {
+        for large in [false, true] {
+            for concurrency in [1, 64] {
+                for keep_alive in [true, false] {
+                    scenarios.push(Scenario {
+                        tunnel,
+                        large,
+                        concurrency,
+                        keep_alive,
+                    });
+                }
+            }
+        }
+    }
+    // Warm every path once so no run pays for first-use costs.
+    let warm = Scenario {
+        tunnel: false,
+        large: false,
+        concurrency: 4,
+        keep_alive: true,
+    };
+    for proxy in [None, Some(ours_addr), Some(squid_addr)] {
+        load::run(proxy, warm, Duration::from_millis(300)).await;
+    }
+
+    println!(
+        "af-bench proxy: {} s per measurement, origin at 203.0.113.10 behind a veth, 2 cores shared by client, proxy and origin",
+        duration.as_secs_f64()
+    );
+    println!(
+        "{:<32} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>6} | {:>6}",
+        "scenario",
+        "direct/s",
+        "ours/s",
+        "squid/s",
+        "o/squid",
+        "o/direct",
+        "rps ok",
+        "p99+ours",
+        "p99+sq",
+        "ratio",
+        "errors"
+    );
+    let (mut met_rps, mut met_p99) = (0, 0);
+    for scenario in &scenarios {
+        let direct = load::run(None, *scenario, duration).await;
+        let with_ours = load::run(Some(ours_addr), *scenario, duration).await;
+        let with_squid = load::run(Some(squid_addr), *scenario, duration).await;
+        let (d, o, s) = (
+            direct.per_second(),
+            with_ours.per_second(),
+            with_squid.per_second(),
+        );
+        let rps_target = (2.0 * s).min(0.9 * d);
+        let rps_ok = o >= rps_target;
+        let (p99_ours, p99_squid) = (
+            added(&with_ours, &direct, 0.99),
+            added(&with_squid, &direct, 0.99),
+        );
+        let p99_ok = p99_ours <= 0.5 * p99_squid || p99_ours < 0.05;
+        met_rps += usize::from(rps_ok);
+        met_p99 += usize::from(p99_ok);
+        println!(
+            "{:<32} {:>10.0} {:>10.0} {:>10.0} {:>8.2} {:>8.2} {:>7} | {:>8.3} {:>8.3} {:>6.2} | {:>6}",
+            scenario.label(),
+            d,
+            o,
+            s,
+            o / s.max(f64::MIN_POSITIVE),
+            o / d.max(f64::MIN_POSITIVE),
+            if rps_ok { "yes" } else { "NO" },
+            p99_ours,
+            p99_squid,
+            p99_ours / p99_squid.max(1e-9),
+            direct.errors + with_ours.errors + with_squid.errors,
+        );
+        println!(
+            "{:<32} p50 added: ours {:.3} ms, squid {:.3} ms{}",
+            "",
+            added(&with_ours, &direct, 0.5),
+            added(&with_squid, &direct, 0.5),
+            if p99_ok { "" } else { "  (p99 target missed)" }
+        );
+    }
+    let (ours_rss, squid_rss) = (ours.peak_rss()?, squid.peak_rss()?);
+    println!(
+        "peak RSS: ours {:.1} MiB, squid {:.1} MiB, ratio {:.2} (target <= 0.25)",
+        ours_rss as f64 / 1048576.0,
+        squid_rss as f64 / 1048576.0,
+        ours_rss as f64 / squid_rss as f64
+    );
+    println!(
+        "targets: requests/s >= min(2x squid, 0.9x direct) in {met_rps}/{n} scenarios; p99 added <= half of squid's in {met_p99}/{n}",
+        n = scenarios.len()
+    );
+    Ok(())
+}
+
+async fn dns_bench(duration: Duration) -> Result<()> {
+    let ours_port = proxies::free_port()?;
+    let dnsmasq_port = proxies::free_port()?;
+    let _ours = proxies::start_ours(proxies::free_port()?, Some(ours_port))?;
+    let _dnsmasq = proxies::start_dnsmasq(dnsmasq_port)?;
+    let ours_addr: SocketAddr = format!("127.0.0.1:{ours_port}").parse()?;
+    let dnsmasq_addr: SocketAddr = format!("127.0.0.1:{dnsmasq_port}").parse()?;
+    println!(
+        "af-bench dns: {} s per measurement, 64 queries in flight, upstream at 203.0.113.53 behind a veth",
+        duration.as_secs_f64()
+    );
+    println!(
+        "{:<44} {:>12} {:>12} {:>8} {:>14}",
+        "scenario", "ours q/s", "dnsmasq q/s", "ratio", "lost ours/dm"
+    );
+    for (label, name) in [
+        ("outside name, answered by the responder", "api.example.com"),
+        ("internal name, forwarded upstream", "web.bench.internal"),
+    ] {
+        dnsload::run(ours_addr, name, 8, Duration::from_millis(300)).await;
+        dnsload::run(dnsmasq_addr, name, 8, Duration::from_millis(300)).await;
+        let (o, ol) = dnsload::run(ours_addr, name, 64, duration).await;
+        let (m, ml) = dnsload::run(dnsmasq_addr, name, 64, duration).await;
+        println!(
+            "{label:<44} {o:>12.0} {m:>12.0} {:>8.2} {:>14}",
+            o / m.max(f64::MIN_POSITIVE),
+            format!("{ol}/{ml}")
+        );
+    }
+    println!("target: ours >= dnsmasq (ratio >= 1.00)");
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! The two proxies under test, started fresh for each run with equivalent allowlists: ours
+//! (`af-proxy serve`, a sibling of this binary) and squid (Debian's package).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+use crate::load::ORIGIN_NAME;
+use crate::world::{ORIGIN, UPSTREAM_DNS};
+
+/// A started proxy process, stopped when dropped.
+pub struct Proxy {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Proxy {
+    /// The most memory the process ever held (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("no VmHWM in /proc status")?;
+        Ok(kib * 1024)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn scratch(name: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("af-bench-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    // squid drops to its own user and must write here.
+    Command::new("chmod").arg("0777").arg(&dir).status()?;
+    Ok(dir)
+}
+
+fn sibling_binary(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe.with_file_name(name);
+    if !path.exists() {
+        bail!(
+            "{} is missing: build it first (cargo build --release -p af-proxy -p af-bench)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Our sidecar with the proxy listener (and, for the DNS benchmark, the DNS listener).
+pub fn start_ours(proxy_port: u16, dns_port: Option<u16>) -> Result<Proxy> {
+    let dir = scratch("ours")?;
+    let dns = match dns_port {
+        Some(port) => format!(
+            "  dns: 127.0.0.1:{port}\ndns:\n  answer_v4: 10.99.0.2\n  internal_suffixes: [bench.internal]\n  upstream: {UPSTREAM_DNS}:53\n"
+        ),
+        None => String::new(),
+    };
+    let config = format!(
+        "environment: bench\npolicy:\n  allow: [{ORIGIN_NAME}, 203.0.113.0/24]\nlisten:\n  proxy: 127.0.0.1:{proxy_port}\n{dns}control: {{listen: 127.0.0.1:0, token: bench-token-0123456789}}\nlog: {{path: {log}}}\nresolver:\n  static_hosts: {{{ORIGIN_NAME}: [{ORIGIN}]}}\n",
+        log = dir.join("decisions.jsonl").display()
+    );
+    let path = dir.join("sidecar.yaml");
+    std::fs::write(&path, config)?;
+    let child = Command::new(sibling_binary("af-proxy")?)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting af-proxy")?;
+    let proxy = Proxy { child, dir };
+    crate::wait_for_port(&format!("127.0.0.1:{proxy_port}"))?;
+    Ok(proxy)
+}
+
+/// squid with the same allowlist: the origin's name (resolved from a hosts file, as ours resolves
+/// it from its configuration), CONNECT to 443 only, no caching, an access log like our decision log.
+pub fn start_squid(port: u16) -> Result<Proxy> {
+    let dir = scratch("squid")?;
+    std::fs::write(dir.join("hosts"), format!("{ORIGIN} {ORIGIN_NAME}\n"))?;
+    let config = format!(
+        "http_port 127.0.0.1:{port}
+visible_hostname af-bench
+pid_filename {d}/squid.pid
+cache_log {d}/cache.log
+access_log stdio:{d}/access.log
+coredump_dir {d}
+hosts_file {d}/hosts
+# Never ask a real resolver: names come from the hosts file.
+dns_nameservers 127.0.0.1
+cache deny all
+cache_mem 0 MB
+shutdown_lifetime 0 seconds
+acl allowed dstdomain {ORIGIN_NAME}
+acl SSL_ports port 443
+acl CONNECT method CONNECT
+http_access deny CONNECT !SSL_ports
+http_access allow allowed
+http_access deny all
+",
+        d = dir.display()
+    );
+    let path = dir.join("squid.conf");
+    std::fs::write(&path, config)?;
+    let child = Command::new("squid")
+        .args(["-N", "-f"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting squid (apt-get install squid)")?;
+    let proxy = Proxy { child, dir };
+    crate::wait_for_port(&format!("127.0.0.1:{port}"))?;
+    Ok(proxy)
+}
+
+/// dnsmasq answering the same way as our responder: outside names with one fixed address,
+/// `bench.internal` forwarded to the same upstream, no cache (ours has none), no other sources.
+pub fn start_dnsmasq(port: u16) -> Result<Proxy> {
+    let dir = scratch("dnsmasq")?;
+    let child = Command::new("dnsmasq")
+        .args([
+            "--keep-in-foreground",
+            "--no-resolv",
+            "--no-hosts",
+            "--no-poll",
+            "--bind-interfaces",
+            "--listen-address=127.0.0.1",
+            &format!("--port={port}"),
+            &format!("--server=/bench.internal/{UPSTREAM_DNS}"),
+            "--address=/#/10.99.0.2",
+            "--cache-size=0",
+            "--dns-forward-max=1000",
+            "--user=root",
+            &format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting dnsmasq (apt-get install dnsmasq-base)")?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    Ok(Proxy { child, dir })
+}
+
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

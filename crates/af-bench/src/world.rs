@@ -1,0 +1,120 @@
+//! The benchmark's network: an "origin" network namespace at TEST-NET addresses, joined to this
+//! one by a veth pair, so direct requests, squid and the sidecar all cross the same link. Nothing
+//! leaves the machine. Removed when dropped.
+
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+/// The origin's HTTP and fake-TLS address.
+pub const ORIGIN: &str = "203.0.113.10";
+/// The upstream DNS server the DNS benchmark forwards to.
+pub const UPSTREAM_DNS: &str = "203.0.113.53";
+/// This namespace's end of the link.
+const HOST_SIDE: &str = "203.0.113.1";
+
+pub struct World {
+    namespace: String,
+    host_link: String,
+    origin: Option<Child>,
+}
+
+fn run(args: &[&str]) -> Result<()> {
+    let status = Command::new(args[0])
+        .args(&args[1..])
+        .status()
+        .with_context(|| format!("running {args:?}"))?;
+    if !status.success() {
+        bail!("{args:?} failed ({status})");
+    }
+    Ok(())
+}
+
+impl World {
+    /// Creates the namespace and link, and starts the origin servers inside it (this binary's
+    /// `origin` subcommand).
+    pub fn create() -> Result<World> {
+        let id = std::process::id();
+        let namespace = format!("afbench{id}");
+        let host_link = format!("afb{id}h");
+        let origin_link = format!("afb{id}o");
+        let mut world = World {
+            namespace: namespace.clone(),
+            host_link: host_link.clone(),
+            origin: None,
+        };
+        run(&["ip", "netns", "add", &namespace])
+            .context("creating a network namespace needs root")?;
+        run(&[
+            "ip",
+            "link",
+            "add",
+            &host_link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &origin_link,
+        ])?;
+        run(&["ip", "link", "set", &origin_link, "netns", &namespace])?;
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{HOST_SIDE}/24"),
+            "dev",
+            &host_link,
+        ])?;
+        run(&["ip", "link", "set", &host_link, "up"])?;
+        let inside = |args: &[&str]| -> Result<()> {
+            let mut full = vec!["ip", "netns", "exec", namespace.as_str()];
+            full.extend_from_slice(args);
+            run(&full)
+        };
+        inside(&["ip", "link", "set", "lo", "up"])?;
+        inside(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ORIGIN}/24"),
+            "dev",
+            &origin_link,
+        ])?;
+        inside(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{UPSTREAM_DNS}/24"),
+            "dev",
+            &origin_link,
+        ])?;
+        inside(&["ip", "link", "set", &origin_link, "up"])?;
+        let exe = std::env::current_exe()?;
+        let origin = Command::new("ip")
+            .args(["netns", "exec", &namespace])
+            .arg(exe)
+            .arg("origin")
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting the origin")?;
+        world.origin = Some(origin);
+        crate::wait_for_port(&format!("{ORIGIN}:80"))?;
+        crate::wait_for_port(&format!("{ORIGIN}:443"))?;
+        Ok(world)
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(mut origin) = self.origin.take() {
+            let _ = origin.kill();
+            let _ = origin.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_link])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.namespace])
+            .status();
+    }
+}
