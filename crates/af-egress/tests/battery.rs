@@ -36,6 +36,14 @@ fn e10_dns_cannot_tunnel_out() {
             assert_eq!(rcode, 5, "qtype {qtype} for {name} must be REFUSED");
             assert!(addresses.is_empty());
         }
+        // The same over TCP.
+        let query = af_egress::dns_wire::build_query(7, "tcp.exfil.example", 16);
+        let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&query);
+        let answer = exchange_bytes(dns, &framed).await;
+        let (rcode, _) = af_egress::dns_wire::read_response_addresses(&answer[2..])
+            .expect("a DNS answer over TCP");
+        assert_eq!(rcode, 5, "TXT over TCP must be REFUSED too");
         assert_eq!(
             headers_of(&upstream_saw),
             vec!["web".to_string()],
@@ -45,7 +53,7 @@ fn e10_dns_cannot_tunnel_out() {
         let methods = counts(&refused, "method");
         assert_eq!(
             (methods["TXT"], methods["MX"], methods["NULL"]),
-            (1, 1, 1),
+            (2, 1, 1),
             "{refused:?}"
         );
         assert!(

@@ -319,6 +319,25 @@ pub async fn exchange(at: SocketAddr, request: &[u8]) -> String {
     read_all(&mut stream).await
 }
 
+/// Sends raw bytes and returns the raw answer, read until the peer closes or goes quiet for 1 s.
+pub async fn exchange_bytes(at: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(at)
+        .await
+        .unwrap_or_else(|e| panic!("connect {at}: {e}"));
+    stream.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(Ok(n)) =
+        tokio::time::timeout(Duration::from_secs(1), stream.read(&mut chunk)).await
+    {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
+    out
+}
+
 pub async fn read_all(stream: &mut TcpStream) -> String {
     let mut out = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
