@@ -2,11 +2,22 @@
 //!
 //! - `serve --config FILE`: the egress sidecar (or, configured with only the proxy listener, an
 //!   afe ticket pod's allowlist proxy).
+//! - `netlock`: lock the current network namespace to loopback and the proxy's uid.
+//! - `gate`: before a workload starts, prove the sidecar answers and every escape route is denied.
+//! - `probe`: try every escape route once; the per-environment containment check.
+//!
+//! `gate` and `probe` print one JSON verdict line on standard output and exit 0 only when every
+//! route was seen denied.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use af_guard::gate::{GateSettings, run_gate};
+use af_guard::route::{Route, parse_route};
+use af_guard::targets::Targets;
+use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(name = "af-proxy", version, about = "Antifailure's containment core")]
@@ -23,6 +34,78 @@ enum Command {
         #[arg(long, env = "AF_PROXY_CONFIG", value_name = "FILE")]
         config: PathBuf,
     },
+    /// Drop every outgoing packet of this network namespace except loopback and the proxy's uid,
+    /// IPv4 and IPv6, atomically; read the rules back to verify them. Needs NET_ADMIN.
+    Netlock {
+        /// The uid whose sockets may still send (the proxy's).
+        #[arg(long, env = "AF_PROXY_UID", default_value_t = 1337)]
+        proxy_uid: u32,
+    },
+    /// Wait until the sidecar answers and every escape route is denied, several rounds in a row.
+    Gate {
+        /// The sidecar's proxy address.
+        #[arg(long, env = "AF_GATE_SIDECAR_PROXY")]
+        sidecar_proxy: SocketAddr,
+        /// The sidecar's DNS address.
+        #[arg(long, env = "AF_GATE_SIDECAR_DNS")]
+        sidecar_dns: Option<SocketAddr>,
+        /// Consecutive all-denied rounds required.
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        #[arg(long, default_value_t = 500)]
+        interval_ms: u64,
+        /// Give up (and fail) after this long.
+        #[arg(long, default_value_t = 60)]
+        deadline_s: u64,
+        #[command(flatten)]
+        targets: TargetArgs,
+    },
+    /// Try every escape route once and report each as denied, escaped or unanswered.
+    Probe {
+        #[command(flatten)]
+        targets: TargetArgs,
+    },
+}
+
+/// Where escape attempts go. The defaults are the real ones; tests pass their own hosts.
+#[derive(Debug, Args)]
+struct TargetArgs {
+    /// E1: TCP to a public address.
+    #[arg(long, env = "AF_PROBE_PUBLIC_TCP")]
+    public_tcp: Option<SocketAddr>,
+    /// E2: a UDP DNS query to a public resolver.
+    #[arg(long, env = "AF_PROBE_PUBLIC_DNS")]
+    public_dns: Option<SocketAddr>,
+    /// E4: the metadata endpoint.
+    #[arg(long, env = "AF_PROBE_METADATA")]
+    metadata: Option<SocketAddr>,
+    /// E4: the IPv6 metadata endpoint.
+    #[arg(long, env = "AF_PROBE_METADATA_V6")]
+    metadata_v6: Option<SocketAddr>,
+    /// E6: the platform's API (default: the Kubernetes API server in a pod; otherwise unset, which
+    /// fails the check rather than skipping the route).
+    #[arg(long, env = "AF_PROBE_PLATFORM_API")]
+    platform_api: Option<SocketAddr>,
+    /// More routes, NAME=KIND:ADDRESS with KIND tcp, dns, udp or icmp.
+    #[arg(long = "route", value_parser = parse_route)]
+    extra: Vec<Route>,
+    /// How long each attempt waits for an answer.
+    #[arg(long, default_value_t = 2000)]
+    timeout_ms: u64,
+}
+
+impl TargetArgs {
+    fn targets(&self) -> Targets {
+        let real = Targets::real();
+        Targets {
+            public_tcp: self.public_tcp.or(real.public_tcp),
+            public_dns: self.public_dns.or(real.public_dns),
+            metadata: self.metadata.or(real.metadata),
+            metadata_v6: self.metadata_v6.or(real.metadata_v6),
+            platform_api: self.platform_api.or(real.platform_api),
+            extra: self.extra.clone(),
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -36,6 +119,65 @@ fn main() -> ExitCode {
         .init();
     match cli.command {
         Command::Serve { config } => serve(&config),
+        Command::Netlock { proxy_uid } => netlock(proxy_uid),
+        Command::Gate {
+            sidecar_proxy,
+            sidecar_dns,
+            rounds,
+            interval_ms,
+            deadline_s,
+            targets,
+        } => {
+            let settings = GateSettings {
+                sidecar_proxy,
+                sidecar_dns,
+                rounds: rounds.max(1),
+                interval: Duration::from_millis(interval_ms),
+                deadline: Duration::from_secs(deadline_s),
+                timeout: Duration::from_millis(targets.timeout_ms),
+            };
+            let verdict = run_gate(&settings, &targets.targets().routes());
+            print_verdict(&verdict, verdict.passed)
+        }
+        Command::Probe { targets } => {
+            let verdict = af_guard::probe::probe(
+                &targets.targets().routes(),
+                Duration::from_millis(targets.timeout_ms),
+            );
+            print_verdict(&verdict, verdict.contained)
+        }
+    }
+}
+
+/// One JSON line on standard output; the exit status says whether the check passed.
+fn print_verdict(verdict: &impl serde::Serialize, passed: bool) -> ExitCode {
+    match serde_json::to_string(verdict) {
+        Ok(line) => println!("{line}"),
+        Err(err) => eprintln!("af-proxy: cannot write the verdict: {err}"),
+    }
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn netlock(proxy_uid: u32) -> ExitCode {
+    match af_guard::netlock::apply(proxy_uid) {
+        Ok(report) => {
+            eprintln!("af-proxy netlock: iptables backend {}", report.backend);
+            if !report.ipv6_enabled {
+                eprintln!("af-proxy netlock: IPv6 is disabled in this namespace; IPv4 is locked");
+            }
+            print_verdict(&report, true)
+        }
+        Err(err) => {
+            let err = af_runtime::RuntimeError::from(af_runtime::RuntimeErrorKind::NetlockFailed {
+                detail: err.to_string(),
+            });
+            eprintln!("af-proxy netlock: {err}\n  help: {}", err.help());
+            ExitCode::from(err.code().exit_status())
+        }
     }
 }
 

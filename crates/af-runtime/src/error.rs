@@ -20,15 +20,18 @@ pub enum RunCode {
     DoesNotFit,
     /// The sidecar's configuration cannot be used; the sidecar serves nothing.
     SidecarConfigInvalid,
+    /// netlock could not lock a sandbox's network namespace, or could not confirm it did.
+    NetlockFailed,
 }
 
 impl RunCode {
-    pub const ALL: [RunCode; 5] = [
+    pub const ALL: [RunCode; 6] = [
         RunCode::ContainmentRefused,
         RunCode::Unsupported,
         RunCode::NotOurs,
         RunCode::DoesNotFit,
         RunCode::SidecarConfigInvalid,
+        RunCode::NetlockFailed,
     ];
 
     /// The process exit status for an error with this code: the code's own number, so that
@@ -40,6 +43,7 @@ impl RunCode {
             RunCode::NotOurs => 45,
             RunCode::DoesNotFit => 47,
             RunCode::SidecarConfigInvalid => 50,
+            RunCode::NetlockFailed => 51,
         }
     }
 
@@ -50,6 +54,7 @@ impl RunCode {
             RunCode::NotOurs => "AF-RUN-045",
             RunCode::DoesNotFit => "AF-RUN-047",
             RunCode::SidecarConfigInvalid => "AF-RUN-050",
+            RunCode::NetlockFailed => "AF-RUN-051",
         }
     }
 }
@@ -102,6 +107,11 @@ pub enum RuntimeErrorKind {
         /// Every problem found, in words.
         problems: Vec<String>,
     },
+    NetlockFailed {
+        /// What failed, in words (gVisor, a missing tool, no owner match, a rule set that did not
+        /// read back as applied).
+        detail: String,
+    },
 }
 
 /// An error from a runtime, carrying its code.
@@ -119,6 +129,7 @@ impl RuntimeError {
             RuntimeErrorKind::NotOurs { .. } => RunCode::NotOurs,
             RuntimeErrorKind::DoesNotFit { .. } => RunCode::DoesNotFit,
             RuntimeErrorKind::SidecarConfigInvalid { .. } => RunCode::SidecarConfigInvalid,
+            RuntimeErrorKind::NetlockFailed { .. } => RunCode::NetlockFailed,
         }
     }
 
@@ -153,6 +164,11 @@ impl RuntimeError {
                 "the sidecar configuration {file} cannot be used, so the sidecar serves nothing: {}",
                 problems.join("; ")
             ),
+            RuntimeErrorKind::NetlockFailed { detail } => {
+                format!(
+                    "netlock did not lock this sandbox, so its workload must not start: {detail}"
+                )
+            }
         }
     }
 
@@ -164,6 +180,7 @@ impl RuntimeError {
             RuntimeErrorKind::NotOurs { .. } => "af never removes or reuses what it did not create: rename or remove that object yourself, or use another --env".to_string(),
             RuntimeErrorKind::DoesNotFit { .. } => "lower services.<name>.resources or replicas, or free capacity on the platform".to_string(),
             RuntimeErrorKind::SidecarConfigInvalid { .. } => "fix each problem named; the configuration format is in docs/sidecar.md".to_string(),
+            RuntimeErrorKind::NetlockFailed { .. } => "run the sandbox under runc or Kata with NET_ADMIN for the netlock step and the iptables tools in its image; see docs/containment.md".to_string(),
         }
     }
 }
@@ -194,7 +211,8 @@ mod tests {
                 "AF-RUN-044",
                 "AF-RUN-045",
                 "AF-RUN-047",
-                "AF-RUN-050"
+                "AF-RUN-050",
+                "AF-RUN-051"
             ]
         );
     }

@@ -1,0 +1,464 @@
+//! netlock, the gate and the probe on the real kernel, in namespaces the tests create. Every route
+//! is judged where it would land (the listeners count arrivals) and beside a positive control that
+//! shows the listener answers a permitted client.
+
+mod world;
+
+use std::time::Duration;
+
+use world::*;
+
+const NETLOCK_V4: &str = include_str!("../../af-guard/tests/golden/netlock-v4.rules");
+const NETLOCK_V6: &str = include_str!("../../af-guard/tests/golden/netlock-v6.rules");
+
+/// Every route a workload might take: the probe's standard four (E1, E2, E4 v4+v6, E6) and the
+/// battery's E3, E5, E7, E8, E9, E19.
+fn every_route() -> Vec<&'static str> {
+    let mut args = vec![af_proxy(), "probe"];
+    args.extend(standard_targets());
+    args.extend(battery_routes());
+    args
+}
+
+fn lock(world: &World) -> serde_json::Value {
+    let output = world.in_workload(&[af_proxy(), "netlock"]);
+    assert!(
+        output.status.success(),
+        "netlock failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    verdict(&output)
+}
+
+/// E1–E9 and E19 with netlock applied: denied for the workload's uid, open for the proxy's.
+#[test]
+fn netlock_denies_every_route_to_the_workload_and_none_to_the_proxy() {
+    let world = World::new("a");
+    let report = lock(&world);
+    assert_eq!(report["ipv4"], "locked", "{report}");
+    assert_eq!(report["ipv6"], "locked", "{report}");
+    assert!(
+        ["nf_tables", "legacy"].contains(&report["backend"].as_str().unwrap()),
+        "{report}"
+    );
+
+    // Positive control: the proxy's uid gets out on every route, and every listener counts it.
+    let open = world.as_uid(PROXY_UID, &every_route());
+    let open_verdict = verdict(&open);
+    for (route, outcome) in outcomes(&open_verdict) {
+        assert_eq!(
+            outcome, "escaped",
+            "the proxy uid must reach {route}: {open_verdict}"
+        );
+    }
+    let reached_by_proxy = world.reached_all();
+    for listener in [
+        "public-tcp",
+        "resolver-udp",
+        "resolver-tcp",
+        "metadata",
+        "metadata-v6",
+        "api",
+        "global-v6",
+        "private",
+        "quic",
+        "dot",
+        "doh",
+        "public-http",
+    ] {
+        assert_eq!(
+            reached_by_proxy[listener], 1,
+            "{listener} must have been reached once by the proxy uid: {reached_by_proxy:?}"
+        );
+    }
+
+    // The workload's uid: every route denied, and nothing arrives anywhere.
+    let locked = world.as_uid(WORKLOAD_UID, &every_route());
+    let locked_verdict = verdict(&locked);
+    assert!(
+        locked.status.success(),
+        "the probe exits 0 only when contained: {locked_verdict}"
+    );
+    assert_eq!(locked_verdict["contained"], true);
+    for (route, outcome) in outcomes(&locked_verdict) {
+        assert_eq!(
+            outcome, "denied",
+            "{route} must be denied to the workload: {locked_verdict}"
+        );
+    }
+    assert_eq!(
+        world.reached_all(),
+        reached_by_proxy,
+        "nothing from the workload may arrive anywhere"
+    );
+}
+
+/// With IPv6 disabled in the namespace, netlock says so and still locks IPv4.
+#[test]
+fn netlock_with_ipv6_disabled_still_locks_ipv4() {
+    let world = World::new("h");
+    assert!(
+        world
+            .in_workload(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])
+            .status
+            .success()
+    );
+    let output = world.in_workload(&[af_proxy(), "netlock"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = verdict(&output);
+    assert_eq!(report["ipv6_enabled"], false, "{report}");
+    assert_eq!(report["ipv4"], "locked");
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("IPv6 is disabled in this namespace; IPv4 is locked")
+    );
+    let mut probe = vec![af_proxy(), "probe"];
+    probe.extend(standard_targets());
+    let locked = verdict(&world.as_uid(WORKLOAD_UID, &probe));
+    assert_eq!(outcomes(&locked)["public-tcp"], "denied", "{locked}");
+    assert_eq!(world.reached("public-tcp"), 0);
+    let control = verdict(&world.as_uid(PROXY_UID, &probe));
+    assert_eq!(
+        outcomes(&control)["public-tcp"],
+        "escaped",
+        "positive control: {control}"
+    );
+    assert_eq!(world.reached("public-tcp"), 1);
+}
+
+/// E17: without NET_ADMIN the workload cannot flush or edit the rules, and without NET_RAW it
+/// cannot open a raw socket. Positive controls: the same commands work with the privileges.
+#[test]
+fn a_workload_cannot_tamper_with_the_lock_or_open_raw_sockets() {
+    let world = World::new("b");
+    lock(&world);
+    for attempt in [
+        vec!["iptables", "-F", "OUTPUT"],
+        vec!["iptables", "-P", "OUTPUT", "ACCEPT"],
+        vec!["ip6tables", "-P", "OUTPUT", "ACCEPT"],
+        vec!["nft", "flush", "ruleset"],
+    ] {
+        let output = world.as_uid(WORKLOAD_UID, &attempt);
+        assert!(
+            !output.status.success(),
+            "{attempt:?} must fail without NET_ADMIN"
+        );
+    }
+    let saved =
+        String::from_utf8_lossy(&world.in_workload(&["iptables-save", "-t", "filter"]).stdout)
+            .into_owned();
+    assert!(
+        !af_guard::netlock_plan::drifted(NETLOCK_V4, &saved),
+        "the IPv4 rules changed:\n{saved}"
+    );
+    let saved6 = String::from_utf8_lossy(
+        &world
+            .in_workload(&["ip6tables-save", "-t", "filter"])
+            .stdout,
+    )
+    .into_owned();
+    assert!(
+        !af_guard::netlock_plan::drifted(NETLOCK_V6, &saved6),
+        "the IPv6 rules changed:\n{saved6}"
+    );
+
+    let raw = [
+        "python3",
+        "-c",
+        "import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)",
+    ];
+    assert!(
+        !world.as_uid(WORKLOAD_UID, &raw).status.success(),
+        "a raw socket without NET_RAW"
+    );
+    assert!(
+        world.in_workload(&raw).status.success(),
+        "positive control: root opens a raw socket"
+    );
+    assert!(
+        world
+            .in_workload(&["iptables", "-L", "OUTPUT"])
+            .status
+            .success(),
+        "positive control: root reads the rules"
+    );
+}
+
+/// Applying twice leaves one copy; a drifted rule set is detected and replaced.
+#[test]
+fn netlock_is_idempotent_and_replaces_drift() {
+    let world = World::new("c");
+    assert_eq!(lock(&world)["ipv4"], "locked");
+    let again = lock(&world);
+    assert_eq!(
+        (again["ipv4"].as_str(), again["ipv6"].as_str()),
+        (Some("already_locked"), Some("already_locked"))
+    );
+    let saved =
+        String::from_utf8_lossy(&world.in_workload(&["iptables-save", "-t", "filter"]).stdout)
+            .into_owned();
+    assert_eq!(
+        saved.matches("--uid-owner 1337").count(),
+        1,
+        "one copy:\n{saved}"
+    );
+
+    assert!(
+        world
+            .in_workload(&["iptables", "-I", "OUTPUT", "1", "-j", "ACCEPT"])
+            .status
+            .success()
+    );
+    let repaired = lock(&world);
+    let previous = repaired["ipv4"]["replaced"]["previous"]
+        .as_array()
+        .expect("drift is reported as replaced");
+    assert!(
+        previous.iter().any(|l| l == "-A OUTPUT -j ACCEPT"),
+        "{repaired}"
+    );
+    assert_eq!(repaired["ipv6"], "already_locked");
+    let saved =
+        String::from_utf8_lossy(&world.in_workload(&["iptables-save", "-t", "filter"]).stdout)
+            .into_owned();
+    assert!(
+        !af_guard::netlock_plan::drifted(NETLOCK_V4, &saved),
+        "{saved}"
+    );
+    let denied = world.as_uid(WORKLOAD_UID, &every_route());
+    assert!(
+        denied.status.success(),
+        "locked again: {}",
+        verdict(&denied)
+    );
+}
+
+/// With the routes open the probe reports each escaped; with one blackholed (dropped, not
+/// rejected) it reports that one unanswered. Both exit non-zero.
+#[test]
+fn the_probe_names_escaped_and_unanswered_routes() {
+    let world = World::new("d");
+    let mut args = vec![af_proxy(), "probe"];
+    args.extend(standard_targets());
+    let open = world.as_uid(WORKLOAD_UID, &args);
+    assert!(!open.status.success());
+    let open_verdict = verdict(&open);
+    assert_eq!(open_verdict["contained"], false);
+    for (route, outcome) in outcomes(&open_verdict) {
+        assert_eq!(outcome, "escaped", "{route}: {open_verdict}");
+    }
+    assert_eq!(world.reached("resolver-udp"), 1);
+
+    world.outside(&[
+        "iptables",
+        "-A",
+        "INPUT",
+        "-d",
+        "198.51.100.53",
+        "-p",
+        "udp",
+        "--dport",
+        "53",
+        "-j",
+        "DROP",
+    ]);
+    let blackholed = world.as_uid(WORKLOAD_UID, &args);
+    assert!(!blackholed.status.success());
+    let routes = outcomes(&verdict(&blackholed));
+    assert_eq!(routes["public-dns"], "unanswered", "{routes:?}");
+    assert_eq!(routes["public-tcp"], "escaped");
+    assert_eq!(
+        world.reached("resolver-udp"),
+        1,
+        "the dropped query never reached the resolver"
+    );
+}
+
+/// A platform policy programmed late: the gate waits while routes are open and passes once they
+/// close. Positive check first: the sidecar is reached on its proxy port and DNS.
+#[test]
+fn the_gate_waits_for_a_late_policy_and_then_passes() {
+    let world = World::new("e");
+    let mut args = vec![
+        af_proxy(),
+        "gate",
+        "--sidecar-proxy",
+        "10.99.0.2:3128",
+        "--sidecar-dns",
+        "10.99.0.2:53",
+        "--rounds",
+        "3",
+        "--interval-ms",
+        "200",
+        "--deadline-s",
+        "30",
+    ];
+    args.extend(standard_targets());
+    let gate = {
+        let (reuid, regid) = (
+            format!("--reuid={WORKLOAD_UID}"),
+            format!("--regid={WORKLOAD_UID}"),
+        );
+        let mut full = vec![
+            "ip",
+            "netns",
+            "exec",
+            world.wl.as_str(),
+            "setpriv",
+            reuid.as_str(),
+            regid.as_str(),
+            "--clear-groups",
+            "--",
+        ];
+        full.extend_from_slice(&args);
+        std::process::Command::new(full[0])
+            .args(&full[1..])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Let the gate see the routes open for a while, then close them the way a network policy
+    // would: everything rejected but the sidecar.
+    while world.reached("public-tcp") < 3 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    world.workload_policy(&policy_v4(""), &policy_v6());
+    let output = gate.wait_with_output().unwrap();
+    let gate_verdict = verdict(&output);
+    assert!(output.status.success(), "{gate_verdict}");
+    assert_eq!(gate_verdict["passed"], true);
+    assert!(
+        gate_verdict["rounds_tried"].as_u64().unwrap() >= 6,
+        "it saw open rounds before the policy: {gate_verdict}"
+    );
+    assert!(
+        world.reached("sidecar-proxy") >= 6 && world.reached("sidecar-dns") >= 6,
+        "the positive check ran every round"
+    );
+}
+
+/// A policy that never closes one route: the gate fails at its deadline, naming that route.
+#[test]
+fn the_gate_times_out_naming_the_route_that_stays_open() {
+    let world = World::new("f");
+    world.workload_policy(
+        &policy_v4("-A OUTPUT -d 203.0.113.10/32 -p tcp -m tcp --dport 443 -j ACCEPT\n"),
+        &policy_v6(),
+    );
+    let mut args = vec![
+        af_proxy(),
+        "gate",
+        "--sidecar-proxy",
+        "10.99.0.2:3128",
+        "--sidecar-dns",
+        "10.99.0.2:53",
+        "--rounds",
+        "2",
+        "--interval-ms",
+        "100",
+        "--deadline-s",
+        "2",
+    ];
+    args.extend(standard_targets());
+    let output = world.as_uid(WORKLOAD_UID, &args);
+    assert!(!output.status.success());
+    let gate_verdict = verdict(&output);
+    assert_eq!(gate_verdict["passed"], false);
+    let reason = gate_verdict["reason"].as_str().unwrap();
+    assert!(reason.contains("public-tcp"), "{reason}");
+    assert!(
+        !reason.contains("public-dns"),
+        "only the open route is named: {reason}"
+    );
+}
+
+/// The immediate-startup case: with netlock applied and the gate passed, a workload whose very
+/// first instruction is a UDP query to the public resolver gets nothing out. Positive control,
+/// outside the lock's reach: the proxy's uid reaches that resolver.
+#[test]
+fn the_first_packet_after_the_gate_gets_nothing_out() {
+    let world = World::new("g");
+    lock(&world);
+    // The afe shape: the proxy (uid 1337) on the workload's own loopback.
+    let proxy = world.in_workload_background(
+        PROXY_UID,
+        &[af_proxy(), "serve", "--config", &proxy_config()],
+    );
+    let mut gate = vec![
+        af_proxy(),
+        "gate",
+        "--sidecar-proxy",
+        "127.0.0.1:3128",
+        "--rounds",
+        "3",
+        "--interval-ms",
+        "100",
+        "--deadline-s",
+        "20",
+    ];
+    gate.extend(standard_targets());
+    let passed = world.as_uid(WORKLOAD_UID, &gate);
+    assert!(passed.status.success(), "{}", verdict(&passed));
+
+    let mut probe = vec![af_proxy(), "probe"];
+    probe.extend(standard_targets());
+    let first = world.as_uid(WORKLOAD_UID, &probe);
+    assert_eq!(outcomes(&verdict(&first))["public-dns"], "denied");
+    assert_eq!(
+        world.reached("resolver-udp"),
+        0,
+        "the first query must not reach the resolver"
+    );
+
+    let control = world.as_uid(PROXY_UID, &probe);
+    assert_eq!(
+        outcomes(&verdict(&control))["public-dns"],
+        "escaped",
+        "positive control"
+    );
+    assert_eq!(world.reached("resolver-udp"), 1);
+    drop(proxy);
+}
+
+/// Rules a platform's network policy might write: reject everything but loopback and the sidecar
+/// (plus `extra` rules placed before the reject). TCP is refused with a reset: ICMPv6 errors are
+/// rate-limited to about one a second, which would leave most refusals unanswered.
+fn policy_v4(extra: &str) -> String {
+    format!(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -o lo -j ACCEPT\n-A OUTPUT -d 10.99.0.2/32 -j ACCEPT\n{extra}-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\n-A OUTPUT -j REJECT\nCOMMIT\n"
+    )
+}
+
+fn policy_v6() -> String {
+    "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -o lo -j ACCEPT\n-A OUTPUT -p ipv6-icmp -j ACCEPT\n-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\n-A OUTPUT -j REJECT\nCOMMIT\n".to_string()
+}
+
+/// An allowlist-only proxy configuration on 127.0.0.1:3128, written to a temporary file.
+fn proxy_config() -> String {
+    let dir = std::env::temp_dir().join(format!("af-guard-proxy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::process::Command::new("chmod")
+        .arg("0777")
+        .arg(&dir)
+        .status()
+        .unwrap();
+    let path = dir.join("proxy.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "environment: ticket\npolicy: {{allow: [pypi.org]}}\nlisten: {{proxy: 127.0.0.1:3128}}\ncontrol: {{listen: 127.0.0.1:9901, token: guard-test-token-0123}}\nlog: {{path: {}}}\n",
+            dir.join("log.jsonl").display()
+        ),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("0644")
+        .arg(&path)
+        .status()
+        .unwrap();
+    path.display().to_string()
+}
