@@ -93,6 +93,58 @@ fn netlock_denies_every_route_to_the_workload_and_none_to_the_proxy() {
     );
 }
 
+/// A node on the legacy iptables backend: netlock names it and the lock holds the same.
+#[test]
+fn netlock_works_on_the_legacy_backend_and_names_it() {
+    let world = World::new("i");
+    let bin = std::env::temp_dir().join(format!("af-guard-legacy-{}", std::process::id()));
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in [
+        "iptables",
+        "iptables-restore",
+        "iptables-save",
+        "ip6tables",
+        "ip6tables-restore",
+        "ip6tables-save",
+    ] {
+        let legacy = format!("/usr/sbin/{}", tool.replacen("tables", "tables-legacy", 1));
+        let link = bin.join(tool);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&legacy, &link)
+            .unwrap_or_else(|e| panic!("{legacy}: {e}; the iptables package ships both backends"));
+    }
+    let path = format!(
+        "PATH={}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = world.in_workload(&["env", &path, af_proxy(), "netlock"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = verdict(&output);
+    assert_eq!(report["backend"], "legacy", "{report}");
+    assert_eq!(
+        (report["ipv4"].as_str(), report["ipv6"].as_str()),
+        (Some("locked"), Some("locked"))
+    );
+    let mut probe = vec![af_proxy(), "probe"];
+    probe.extend(standard_targets());
+    assert!(
+        world.as_uid(WORKLOAD_UID, &probe).status.success(),
+        "contained under the legacy backend"
+    );
+    assert_eq!(world.reached("public-tcp"), 0);
+    assert_eq!(
+        outcomes(&verdict(&world.as_uid(PROXY_UID, &probe)))["public-tcp"],
+        "escaped",
+        "positive control"
+    );
+    std::fs::remove_dir_all(&bin).unwrap();
+}
+
 /// With IPv6 disabled in the namespace, netlock says so and still locks IPv4.
 #[test]
 fn netlock_with_ipv6_disabled_still_locks_ipv4() {
