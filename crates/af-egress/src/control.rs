@@ -53,31 +53,22 @@ pub async fn serve(
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(state);
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                tracing::warn!(error = %err, "control accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
+    let workload_addresses = Arc::new(workload_addresses);
+    crate::accept::accept_forever(listener, "control", |stream, peer| {
+        let (router, workload_addresses) = (router.clone(), workload_addresses.clone());
+        async move {
+            // Workloads must never reach the control API; refuse on their side whatever the bind.
+            match stream.local_addr() {
+                Ok(local) if !workload_addresses.contains(&local.ip()) => {}
+                _ => return tracing::warn!(%peer, "control connection on a workload-facing address refused"),
             }
-        };
-        // Workloads must never reach the control API; refuse on their side whatever the bind.
-        match stream.local_addr() {
-            Ok(local) if !workload_addresses.contains(&local.ip()) => {}
-            _ => {
-                tracing::warn!(%peer, "control connection on a workload-facing address refused");
-                continue;
-            }
-        }
-        let service =
-            TowerToHyperService::new(router.clone().layer(axum::Extension(ConnectInfo(peer))));
-        tokio::spawn(async move {
+            let service = TowerToHyperService::new(router.layer(axum::Extension(ConnectInfo(peer))));
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
-        });
-    }
+        }
+    })
+    .await;
 }
 
 /// Compares in time independent of where the strings differ, so the token cannot be guessed a

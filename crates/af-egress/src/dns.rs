@@ -273,19 +273,12 @@ impl UdpForwarder {
     }
 }
 
-/// Serves DNS over TCP until the listener fails for good.
+/// Serves DNS over TCP on `listener` for ever.
 pub async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>, dns: Arc<DnsConfig>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, client)) => {
-                tokio::spawn(tcp_connection(stream, client, shared.clone(), dns.clone()));
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "dns accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        }
-    }
+    crate::accept::accept_forever(listener, "dns", |stream, client| {
+        tcp_connection(stream, client, shared.clone(), dns.clone())
+    })
+    .await;
 }
 
 /// One TCP client: length-prefixed messages, one after another, until it goes quiet.

@@ -47,20 +47,12 @@ struct Upstream {
 
 type UpstreamSlot = Arc<Mutex<Option<Upstream>>>;
 
-/// Accepts connections until the listener fails for good.
+/// Serves clients on `listener` for ever.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mode: HttpMode) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                tokio::spawn(serve_connection(stream, peer, shared.clone(), mode));
-            }
-            Err(err) => {
-                // Out of file descriptors and the like: wait a moment rather than spin.
-                tracing::warn!(error = %err, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        }
-    }
+    crate::accept::accept_forever(listener, "http", |stream, peer| {
+        serve_connection(stream, peer, shared.clone(), mode)
+    })
+    .await;
 }
 
 async fn serve_connection(

@@ -12,6 +12,7 @@
 //! The same code serves an `af` environment's sidecar and, with only the proxy listener on
 //! 127.0.0.1:3128, an `afe` ticket pod's allowlist proxy.
 
+mod accept;
 pub mod address;
 mod body;
 pub mod client_hello;

@@ -17,18 +17,12 @@ use crate::policy::DenyReason;
 const MAX_LINE: usize = 2048;
 const MAX_RECIPIENTS: usize = 100;
 
+/// Serves SMTP clients on `listener` for ever.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, client)) => {
-                tokio::spawn(session(stream, client, shared.clone()));
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "smtp accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        }
-    }
+    crate::accept::accept_forever(listener, "smtp", |stream, client| {
+        session(stream, client, shared.clone())
+    })
+    .await;
 }
 
 /// A message as parsed from its DATA.

@@ -192,19 +192,12 @@ async fn relay_to<C>(
     pending.finish(&shared.log, Verdict::Allow, rule, up, down);
 }
 
-/// Accepts transparent TLS clients until the listener fails for good.
+/// Serves transparent TLS clients on `listener` for ever.
 pub async fn serve_transparent_tls(listener: TcpListener, shared: Arc<Shared>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                tokio::spawn(transparent_tls(stream, peer, shared.clone()));
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        }
-    }
+    crate::accept::accept_forever(listener, "tls", |stream, peer| {
+        transparent_tls(stream, peer, shared.clone())
+    })
+    .await;
 }
 
 /// A client that resolved an outside name to the sidecar and opened TLS to it: decided by the
