@@ -132,8 +132,10 @@ impl Default for InboxConfig {
 pub struct ResolverConfig {
     /// Fixed answers, consulted first (a name → its addresses).
     pub static_hosts: BTreeMap<String, Vec<IpAddr>>,
-    /// How long a system-resolver answer is reused, seconds.
+    /// How long a nameserver's answer is reused, seconds.
     pub cache_seconds: u64,
+    /// The platform's resolvers for the sidecar's own lookups; default: those of /etc/resolv.conf.
+    pub nameservers: Vec<SocketAddr>,
 }
 
 impl Default for ResolverConfig {
@@ -141,6 +143,7 @@ impl Default for ResolverConfig {
         ResolverConfig {
             static_hosts: BTreeMap::new(),
             cache_seconds: 30,
+            nameservers: Vec::new(),
         }
     }
 }

@@ -37,10 +37,8 @@ pub async fn deliver(
     }
     let method = Method::from_bytes(request.method.as_bytes())
         .map_err(|_| format!("{:?} is not an HTTP method", request.method))?;
-    let addr = tokio::net::lookup_host(target.as_str())
+    let addr = resolve_target(target, shared)
         .await
-        .ok()
-        .and_then(|mut addrs| addrs.next())
         .ok_or_else(|| format!("{target} does not resolve"))?;
     let mut pending = Pending::new(
         &shared.environment,
@@ -58,6 +56,21 @@ pub async fn deliver(
     };
     pending.finish(&shared.log, Verdict::Allow, "webhook", up, down);
     result
+}
+
+/// `host:port` as an address: a literal as it is, a name through the sidecar's resolver.
+async fn resolve_target(target: &str, shared: &Shared) -> Option<SocketAddr> {
+    if let Ok(addr) = target.parse::<SocketAddr>() {
+        return Some(addr);
+    }
+    let (host, port) = target.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let ip = *shared
+        .resolver
+        .resolve(&host.to_ascii_lowercase())
+        .await
+        .first()?;
+    Some(SocketAddr::new(ip, port))
 }
 
 async fn send(

@@ -417,3 +417,28 @@ fn hostile_clients_are_refused_and_others_still_served() {
         still_serving().await;
     });
 }
+
+/// Names without a fixed answer are asked of the configured nameserver (the sidecar's own
+/// queries, no C library), and the answer is classified like any other: here the platform's
+/// resolver answers with an address on the environment's network, which only an address rule
+/// lets through.
+#[test]
+fn allowed_names_are_resolved_through_the_nameserver_and_still_classified() {
+    in_private_network(|| async {
+        let resolver_saw = platform_dns(addr(PLATFORM_DNS, 53)).await;
+        let service_saw = http_origin(addr(SERVICE, 80), "service").await;
+        let policy = POLICY.replace(
+            "    - 203.0.113.0/24",
+            "    - 203.0.113.0/24\n    - 10.99.0.7/32",
+        );
+        let _sidecar =
+            start_sidecar_resolving(&policy, "", &format!("  nameservers: [{PLATFORM_DNS}:53]"))
+                .await;
+        let answer = exchange(addr(SIDECAR, 3128), b"GET http://dynamic.allowed.test/ HTTP/1.1\r\nhost: dynamic.allowed.test\r\nconnection: close\r\n\r\n").await;
+        assert!(answer.ends_with("service saw /"), "{answer}");
+        assert!(headers_of(&resolver_saw).contains(&"dynamic.allowed.test".to_string()));
+        assert_eq!(headers_of(&service_saw).len(), 1);
+        let logged = decisions("?host=dynamic.allowed.test").await;
+        assert_eq!(logged[0]["rule"], "*.allowed.test via 10.99.0.7/32");
+    });
+}

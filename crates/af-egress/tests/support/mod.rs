@@ -113,6 +113,11 @@ impl Drop for TestSidecar {
 }
 
 pub async fn start_sidecar(policy: &str, extra: &str) -> TestSidecar {
+    start_sidecar_resolving(policy, extra, "").await
+}
+
+/// As [`start_sidecar`], with more lines in the `resolver` section.
+pub async fn start_sidecar_resolving(policy: &str, extra: &str, resolver: &str) -> TestSidecar {
     let dir = std::env::temp_dir().join(format!(
         "af-egress-test-{}-{:?}",
         std::process::id(),
@@ -145,6 +150,7 @@ resolver:
     rebind-loopback.allowed.test: [127.0.0.1]
     rebind-metadata.allowed.test: [{METADATA}]
     rebind-v6metadata.allowed.test: [\"fd00:ec2::254\"]
+{resolver}
 webhooks:
   web: {SERVICE}:8080
 limits:
