@@ -26,8 +26,23 @@ fn errors_md_documents_exactly_the_existing_codes() {
         documented, existing,
         "docs/errors.md headings vs the codes in the code"
     );
+    // Every runtime code has its exit status in the table: its own number, or 4 for the codes
+    // without one (listed on that row).
     for code in RunCode::ALL {
-        let row = format!("| {} | {}:", code.exit_status(), code.as_str());
+        let row = match code.exit_status() {
+            4 => "| 4 | a runtime error without a number of its own (".to_string(),
+            status => format!("| {status} | {}:", code.as_str()),
+        };
         assert!(doc.contains(&row), "the exit status table lacks {row}");
+        if code.exit_status() == 4 {
+            let line = doc
+                .lines()
+                .find(|l| l.starts_with("| 4 |"))
+                .unwrap_or_default();
+            assert!(
+                line.contains(code.as_str()),
+                "the status-4 row must name {code}"
+            );
+        }
     }
 }

@@ -10,6 +10,10 @@ use crate::capability::Capability;
 /// 000) and keep those numbers; the others are assigned as runtimes need them, never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RunCode {
+    /// The platform (the Docker daemon, the API server) failed an operation.
+    PlatformFailed,
+    /// The engine image (af-proxy FROM scratch) is not available and cannot be built.
+    EngineImage,
     /// The containment probe saw a route out (or could not tell): the environment did not start.
     ContainmentRefused,
     /// The runtime does not support what was asked.
@@ -25,7 +29,9 @@ pub enum RunCode {
 }
 
 impl RunCode {
-    pub const ALL: [RunCode; 6] = [
+    pub const ALL: [RunCode; 8] = [
+        RunCode::PlatformFailed,
+        RunCode::EngineImage,
         RunCode::ContainmentRefused,
         RunCode::Unsupported,
         RunCode::NotOurs,
@@ -34,10 +40,12 @@ impl RunCode {
         RunCode::NetlockFailed,
     ];
 
-    /// The process exit status for an error with this code: the code's own number, so that
-    /// status 43 is AF-RUN-043 wherever it is seen. Statuses 0-3 belong to the CLI itself.
+    /// The process exit status for an error with this code: for the codes the specification fixes
+    /// and the containment core's, the code's own number, so that status 43 is AF-RUN-043
+    /// wherever it is seen; 4 for the others. Statuses 0-3 belong to the CLI itself.
     pub fn exit_status(self) -> u8 {
         match self {
+            RunCode::PlatformFailed | RunCode::EngineImage => 4,
             RunCode::ContainmentRefused => 43,
             RunCode::Unsupported => 44,
             RunCode::NotOurs => 45,
@@ -49,6 +57,8 @@ impl RunCode {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            RunCode::PlatformFailed => "AF-RUN-001",
+            RunCode::EngineImage => "AF-RUN-002",
             RunCode::ContainmentRefused => "AF-RUN-043",
             RunCode::Unsupported => "AF-RUN-044",
             RunCode::NotOurs => "AF-RUN-045",
@@ -84,6 +94,14 @@ pub struct RouteFinding {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RuntimeErrorKind {
+    PlatformFailed {
+        /// What af was doing (`creating network af-shop-main-internal`).
+        operation: String,
+        detail: String,
+    },
+    EngineImage {
+        detail: String,
+    },
     ContainmentRefused {
         /// The routes that got out or could not be judged; never empty.
         findings: Vec<RouteFinding>,
@@ -124,6 +142,8 @@ pub struct RuntimeError {
 impl RuntimeError {
     pub fn code(&self) -> RunCode {
         match self.kind {
+            RuntimeErrorKind::PlatformFailed { .. } => RunCode::PlatformFailed,
+            RuntimeErrorKind::EngineImage { .. } => RunCode::EngineImage,
             RuntimeErrorKind::ContainmentRefused { .. } => RunCode::ContainmentRefused,
             RuntimeErrorKind::Unsupported { .. } => RunCode::Unsupported,
             RuntimeErrorKind::NotOurs { .. } => RunCode::NotOurs,
@@ -136,6 +156,12 @@ impl RuntimeError {
     /// What happened, naming the object.
     pub fn message(&self) -> String {
         match &self.kind {
+            RuntimeErrorKind::PlatformFailed { operation, detail } => {
+                format!("{operation} failed: {detail}")
+            }
+            RuntimeErrorKind::EngineImage { detail } => {
+                format!("the engine image is not available: {detail}")
+            }
             RuntimeErrorKind::ContainmentRefused { findings } => {
                 let routes: Vec<String> = findings
                     .iter()
@@ -175,6 +201,8 @@ impl RuntimeError {
     /// What to do next.
     pub fn help(&self) -> String {
         match &self.kind {
+            RuntimeErrorKind::PlatformFailed { .. } => "check that the platform is reachable and healthy (docker info; kubectl get --raw /readyz), then run the command again; af down removes whatever was created".to_string(),
+            RuntimeErrorKind::EngineImage { .. } => "build the static af-proxy (scripts/build-engine) or set AF_PROXY_IMAGE to an image this platform can run".to_string(),
             RuntimeErrorKind::ContainmentRefused { .. } => "this is a statement about the platform, not the runtime: use one whose network enforces the environment's isolation (on Kubernetes, a CNI that enforces NetworkPolicy); `af down` removes what was created".to_string(),
             RuntimeErrorKind::Unsupported { .. } => "use a runtime that supports it (runtime.provider in the manifest), or leave the feature out".to_string(),
             RuntimeErrorKind::NotOurs { .. } => "af never removes or reuses what it did not create: rename or remove that object yourself, or use another --env".to_string(),
@@ -207,6 +235,8 @@ mod tests {
         assert_eq!(
             codes,
             [
+                "AF-RUN-001",
+                "AF-RUN-002",
                 "AF-RUN-043",
                 "AF-RUN-044",
                 "AF-RUN-045",
@@ -219,7 +249,7 @@ mod tests {
 
     #[test]
     fn exit_statuses_are_the_code_numbers() {
-        for code in RunCode::ALL {
+        for code in RunCode::ALL.into_iter().filter(|c| c.exit_status() != 4) {
             let number: u8 = code.as_str().trim_start_matches("AF-RUN-").parse().unwrap();
             assert_eq!(code.exit_status(), number);
         }

@@ -1,0 +1,23 @@
+//! The local runtime on the Docker Engine API (bollard), the first pieces: the engine image built
+//! FROM scratch, the environment's networks, the containment probe under a service's rules,
+//! ownership by label (AF-RUN-045) and teardown by label.
+
+pub mod engine_image;
+pub mod error;
+pub mod names;
+pub mod networks;
+mod one_shot;
+pub mod probe;
+pub mod teardown;
+
+pub use error::DockerError;
+
+/// Connects to the local daemon at the API version both sides speak.
+pub async fn connect() -> Result<bollard::Docker, DockerError> {
+    let docker = bollard::Docker::connect_with_local_defaults()
+        .map_err(|e| error::platform("connecting to the Docker daemon", e))?;
+    docker
+        .negotiate_version()
+        .await
+        .map_err(|e| error::platform("agreeing an API version with the Docker daemon", e))
+}

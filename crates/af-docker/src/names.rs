@@ -1,0 +1,76 @@
+//! What the local runtime calls things, and the labels that make them af's. Pure: every name is
+//! derived from the environment id, so `down` finds by label exactly what `up` made.
+
+use std::collections::HashMap;
+
+use af_manifest::EnvironmentId;
+use af_runtime::{ENVIRONMENT_LABEL, MANAGED_LABEL};
+
+/// The label naming an object's role in its environment (`sidecar`, `probe`, `holder`, ...).
+pub const ROLE_LABEL: &str = "dev.antifailure.role";
+
+/// The services' network: `internal`, so it has no route off the host.
+pub fn internal_network(env: &EnvironmentId) -> String {
+    format!("af-{env}-internal")
+}
+
+/// The sidecar's way out: the only network with a route off the host, and only the sidecar is on
+/// it.
+pub fn egress_network(env: &EnvironmentId) -> String {
+    format!("af-{env}-egress")
+}
+
+/// A container of the environment: `af-<env>-<role>`.
+pub fn container(env: &EnvironmentId, role: &str) -> String {
+    format!("af-{env}-{role}")
+}
+
+/// The labels of every object of `env`, set in the call that creates it.
+pub fn labels(env: &EnvironmentId, role: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (MANAGED_LABEL.to_string(), "true".to_string()),
+        (ENVIRONMENT_LABEL.to_string(), env.to_string()),
+        (ROLE_LABEL.to_string(), role.to_string()),
+    ])
+}
+
+/// The label filter that finds every object of `env`.
+pub fn environment_filter(env: &EnvironmentId) -> HashMap<String, Vec<String>> {
+    HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("{MANAGED_LABEL}=true"),
+            format!("{ENVIRONMENT_LABEL}={env}"),
+        ],
+    )])
+}
+
+/// Whether an object carrying `labels` is af's object of `env`.
+pub fn is_ours(labels: Option<&HashMap<String, String>>, env: &EnvironmentId) -> bool {
+    labels.is_some_and(|l| {
+        l.get(MANAGED_LABEL).map(String::as_str) == Some("true")
+            && l.get(ENVIRONMENT_LABEL).map(String::as_str) == Some(env.as_str())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_labels() {
+        let env = EnvironmentId::derive("shop", "main");
+        assert_eq!(internal_network(&env), "af-shop-main-internal");
+        assert_eq!(container(&env, "probe"), "af-shop-main-probe");
+        let labels = labels(&env, "sidecar");
+        assert!(is_ours(Some(&labels), &env));
+        assert!(
+            !is_ours(Some(&labels), &EnvironmentId::derive("shop", "other")),
+            "another environment's"
+        );
+        assert!(!is_ours(None, &env), "no labels: someone else's");
+        let mut forged = labels.clone();
+        forged.remove(MANAGED_LABEL);
+        assert!(!is_ours(Some(&forged), &env));
+    }
+}

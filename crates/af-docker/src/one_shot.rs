@@ -1,0 +1,161 @@
+//! Containers that run once to completion — the containment probe, the gates — started under
+//! exactly the rules a service gets: the environment's network only, no capabilities, no new
+//! privileges, a read-only root, af's labels.
+
+use af_manifest::EnvironmentId;
+use af_runtime::RuntimeErrorKind;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{CreateContainerOptions, LogsOptions, RemoveContainerOptions};
+use futures_util::StreamExt;
+
+use crate::error::{DockerError, platform};
+use crate::names;
+
+/// What ran, and what it printed.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub exit_code: i64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A one-shot container's definition.
+#[derive(Debug, Clone)]
+pub struct OneShot {
+    pub role: String,
+    pub image: String,
+    pub args: Vec<String>,
+    /// `network` name, or `container:<id>` to join another container's network namespace.
+    pub network_mode: String,
+}
+
+/// Removes a leftover container of this name when it is ours; refuses (AF-RUN-045) when it is not.
+pub async fn clear(docker: &Docker, name: &str, env: &EnvironmentId) -> Result<(), DockerError> {
+    match docker
+        .inspect_container(
+            name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+    {
+        Ok(found) => {
+            let labels = found.config.and_then(|c| c.labels);
+            if !names::is_ours(labels.as_ref(), env) {
+                return Err(DockerError::Runtime(
+                    RuntimeErrorKind::NotOurs {
+                        object_kind: "container".into(),
+                        name: name.to_string(),
+                    }
+                    .into(),
+                ));
+            }
+            remove(docker, name).await
+        }
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(err) => Err(platform(format!("inspecting container {name}"), err)),
+    }
+}
+
+pub async fn remove(docker: &Docker, name: &str) -> Result<(), DockerError> {
+    let options = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    match docker.remove_container(name, Some(options)).await {
+        Ok(())
+        | Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(err) => Err(platform(format!("removing container {name}"), err)),
+    }
+}
+
+/// Runs `spec` to completion and removes it.
+pub async fn run(
+    docker: &Docker,
+    env: &EnvironmentId,
+    spec: &OneShot,
+) -> Result<Finished, DockerError> {
+    let name = names::container(env, &spec.role);
+    clear(docker, &name, env).await?;
+    let body = ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        cmd: Some(spec.args.clone()),
+        labels: Some(names::labels(env, &spec.role)),
+        host_config: Some(HostConfig {
+            network_mode: Some(spec.network_mode.clone()),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            readonly_rootfs: Some(true),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = CreateContainerOptions {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    docker
+        .create_container(Some(options), body)
+        .await
+        .map_err(|e| platform(format!("creating container {name}"), e))?;
+    let result = start_and_collect(docker, &name).await;
+    remove(docker, &name).await?;
+    result
+}
+
+async fn start_and_collect(docker: &Docker, name: &str) -> Result<Finished, DockerError> {
+    docker
+        .start_container(
+            name,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(|e| platform(format!("starting container {name}"), e))?;
+    let exit_code = match docker
+        .wait_container(
+            name,
+            None::<bollard::query_parameters::WaitContainerOptions>,
+        )
+        .next()
+        .await
+    {
+        Some(Ok(response)) => response.status_code,
+        // A non-zero exit arrives as an error carrying the code.
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+        Some(Err(err)) => return Err(platform(format!("waiting for container {name}"), err)),
+        None => {
+            return Err(platform(
+                format!("waiting for container {name}"),
+                "the wait ended without a status",
+            ));
+        }
+    };
+    let mut logs = docker.logs(
+        name,
+        Some(LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: "all".to_string(),
+            ..Default::default()
+        }),
+    );
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    while let Some(chunk) = logs.next().await {
+        match chunk.map_err(|e| platform(format!("reading the logs of {name}"), e))? {
+            LogOutput::StdOut { message } => stdout.push_str(&String::from_utf8_lossy(&message)),
+            LogOutput::StdErr { message } => stderr.push_str(&String::from_utf8_lossy(&message)),
+            _ => {}
+        }
+    }
+    Ok(Finished {
+        exit_code,
+        stdout,
+        stderr,
+    })
+}

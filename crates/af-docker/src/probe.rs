@@ -1,0 +1,109 @@
+//! The containment probe on Docker: one container on the services' network, under exactly a
+//! service's rules, tries every escape route before any service image runs.
+
+use af_manifest::EnvironmentId;
+use af_runtime::{ContainmentSummary, RouteFinding, RuntimeErrorKind};
+use bollard::Docker;
+
+use crate::error::DockerError;
+use crate::one_shot::{self, OneShot};
+
+/// Probe flags passed through from af's own environment, so a test (or a user) can point the
+/// routes at its own hosts: `AF_PROBE_PUBLIC_TCP`, `AF_PROBE_PUBLIC_DNS`, `AF_PROBE_METADATA`,
+/// `AF_PROBE_METADATA_V6`, `AF_PROBE_PLATFORM_API`.
+pub fn target_args(platform_api_default: Option<String>) -> Vec<String> {
+    let mut args = Vec::new();
+    for (variable, flag) in [
+        ("AF_PROBE_PUBLIC_TCP", "--public-tcp"),
+        ("AF_PROBE_PUBLIC_DNS", "--public-dns"),
+        ("AF_PROBE_METADATA", "--metadata"),
+        ("AF_PROBE_METADATA_V6", "--metadata-v6"),
+    ] {
+        if let Ok(value) = std::env::var(variable) {
+            args.extend([flag.to_string(), value]);
+        }
+    }
+    // E6 locally: the host's side of the services' network, where the Docker API would listen.
+    if let Some(api) = std::env::var("AF_PROBE_PLATFORM_API")
+        .ok()
+        .or(platform_api_default)
+    {
+        args.extend(["--platform-api".to_string(), api]);
+    }
+    args
+}
+
+/// Runs the probe on `network`. `Ok` with the verdict when every route was denied; AF-RUN-043
+/// naming each route that got out or could not be judged otherwise.
+pub async fn run(
+    docker: &Docker,
+    env: &EnvironmentId,
+    image: &str,
+    network: &str,
+    targets: Vec<String>,
+) -> Result<ContainmentSummary, DockerError> {
+    let mut args = vec!["probe".to_string()];
+    args.extend(targets);
+    let spec = OneShot {
+        role: "probe".to_string(),
+        image: image.to_string(),
+        args,
+        network_mode: network.to_string(),
+    };
+    let finished = one_shot::run(docker, env, &spec).await?;
+    let line = finished.stdout.lines().last().unwrap_or_default();
+    let verdict: serde_json::Value = serde_json::from_str(line).map_err(|_| {
+        // No verdict is no answer: the environment is refused, not let through.
+        DockerError::Runtime(
+            RuntimeErrorKind::ContainmentRefused {
+                findings: vec![RouteFinding {
+                    route: "the probe itself".to_string(),
+                    outcome: format!(
+                        "unanswered (exit {}, {})",
+                        finished.exit_code,
+                        finished.stderr.trim()
+                    ),
+                }],
+            }
+            .into(),
+        )
+    })?;
+    let routes: Vec<(String, String)> = verdict["routes"]
+        .as_array()
+        .map(|routes| {
+            routes
+                .iter()
+                .map(|r| {
+                    (
+                        format!(
+                            "{} {}",
+                            r["route"].as_str().unwrap_or("?"),
+                            r["target"].as_str().unwrap_or("?")
+                        ),
+                        r["outcome"].as_str().unwrap_or("unanswered").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let contained = verdict["contained"] == true && finished.exit_code == 0 && !routes.is_empty();
+    if !contained {
+        let findings = routes
+            .iter()
+            .filter(|(_, outcome)| outcome != "denied")
+            .map(|(route, outcome)| RouteFinding {
+                route: route.clone(),
+                outcome: outcome.clone(),
+            })
+            .collect();
+        return Err(DockerError::Runtime(
+            RuntimeErrorKind::ContainmentRefused { findings }.into(),
+        ));
+    }
+    let checked_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    Ok(ContainmentSummary {
+        contained: true,
+        checked_at,
+        routes,
+    })
+}

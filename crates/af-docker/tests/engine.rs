@@ -1,0 +1,333 @@
+//! Against the real Docker daemon: the engine image builds FROM scratch, the probe on a leaky
+//! network is refused naming the routes that escaped (AF-RUN-043) and on the services' network
+//! never reports an escape nor passes silence, a foreign network with the environment's name is refused and left alone
+//! (AF-RUN-045), and `down` removes every labelled object.
+//!
+//! These are containment tests: without a Docker daemon or the static engine binary
+//! (`AF_PROXY_BINARY`, built by `scripts/build-engine`) they fail, saying what is missing.
+//!
+//! Every "outside" host is one the test makes, on an `internal` network of its own at a TEST-NET
+//! address, so no packet of these tests can leave the machine.
+
+use std::collections::HashMap;
+
+use af_docker::{engine_image, names, networks, probe, teardown};
+use af_manifest::EnvironmentId;
+use af_runtime::{RunCode, RuntimeError};
+use bollard::Docker;
+use bollard::models::{
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig,
+    NetworkCreateRequest, NetworkingConfig,
+};
+
+const PUBLIC_HOST: &str = "203.0.113.10";
+
+async fn docker() -> Docker {
+    af_docker::connect()
+        .await
+        .expect("these tests need the Docker daemon (CI runs one)")
+}
+
+async fn engine(docker: &Docker) -> String {
+    let binary = engine_image::locate_binary()
+        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
+    engine_image::ensure(docker, &binary)
+        .await
+        .expect("the engine image builds")
+}
+
+/// The test's own "outside": an internal network at TEST-NET-3 with one host on it running the
+/// sidecar program as a TCP and DNS server. Removed when dropped.
+struct Outside {
+    docker: Docker,
+    network: String,
+    host: String,
+}
+
+impl Outside {
+    async fn create(docker: &Docker, image: &str, tag: &str) -> Outside {
+        let network = format!("af-test-{tag}-{}-public", std::process::id());
+        let host = format!("{network}-host");
+        let _ = docker
+            .remove_container(
+                &host,
+                Some(bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+        let _ = docker.remove_network(&network).await;
+        docker
+            .create_network(NetworkCreateRequest {
+                name: network.clone(),
+                driver: Some("bridge".into()),
+                internal: Some(true),
+                ipam: Some(Ipam {
+                    config: Some(vec![IpamConfig {
+                        subnet: Some("203.0.113.0/24".into()),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .expect("the test's outside network");
+        let config = "environment: outside\npolicy: {}\nlisten: {proxy: 0.0.0.0:3128, dns: 0.0.0.0:53}\ndns: {answer_v4: 203.0.113.10}\ncontrol: {listen: 127.0.0.1:9901, token: outside-token-0123456789}\nlog: {path: /var/log/af/decisions.jsonl}\n";
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            user: Some("0".into()),
+            cmd: Some(vec![
+                "serve".into(),
+                "--config".into(),
+                "/etc/af/outside.yaml".into(),
+            ]),
+            host_config: Some(HostConfig {
+                network_mode: Some(network.clone()),
+                ..Default::default()
+            }),
+            networking_config: Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    network.clone(),
+                    EndpointSettings {
+                        ipam_config: Some(EndpointIpamConfig {
+                            ipv4_address: Some(PUBLIC_HOST.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                )])),
+            }),
+            ..Default::default()
+        };
+        docker
+            .create_container(
+                Some(bollard::query_parameters::CreateContainerOptions {
+                    name: Some(host.clone()),
+                    ..Default::default()
+                }),
+                body,
+            )
+            .await
+            .expect("the outside host");
+        let mut archive = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(config.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        archive
+            .append_data(&mut header, "etc/af/outside.yaml", config.as_bytes())
+            .unwrap();
+        let options = bollard::query_parameters::UploadToContainerOptions {
+            path: "/".into(),
+            ..Default::default()
+        };
+        docker
+            .upload_to_container(
+                &host,
+                Some(options),
+                bollard::body_full(archive.into_inner().unwrap().into()),
+            )
+            .await
+            .expect("the outside host's configuration");
+        docker
+            .start_container(
+                &host,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .expect("the outside host starts");
+        Outside {
+            docker: docker.clone(),
+            network,
+            host,
+        }
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let (docker, network, host) =
+            (self.docker.clone(), self.network.clone(), self.host.clone());
+        // Drop cannot await; a short runtime of its own removes the test's objects.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let _ = docker
+                    .remove_container(
+                        &host,
+                        Some(bollard::query_parameters::RemoveContainerOptions {
+                            force: true,
+                            ..Default::default()
+                        }),
+                    )
+                    .await;
+                let _ = docker.remove_network(&network).await;
+            });
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+/// Removes an environment's labelled objects when a test ends, however it ends.
+struct Teardown(Docker, EnvironmentId);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let (docker, env) = (self.0.clone(), self.1.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _ = runtime.block_on(teardown::down(&docker, &env));
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+/// Every route pointed at the test's own outside host (never a real address).
+fn targets() -> Vec<String> {
+    [
+        ("--public-tcp", "203.0.113.10:3128"),
+        ("--public-dns", "203.0.113.10:53"),
+        ("--metadata", "203.0.113.10:80"),
+        ("--metadata-v6", "[2001:db8::10]:80"),
+        ("--platform-api", "203.0.113.10:2375"),
+        ("--timeout-ms", "1500"),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_string(), value.to_string()])
+    .collect()
+}
+
+fn code(err: af_docker::DockerError) -> (RunCode, String) {
+    let err = RuntimeError::from(err);
+    (err.code(), err.to_string())
+}
+
+#[tokio::test]
+async fn the_probe_names_what_escapes_a_leaky_network_and_never_passes_silence() {
+    let docker = docker().await;
+    let image = engine(&docker).await;
+    let outside = Outside::create(&docker, &image, "probe").await;
+    let env = EnvironmentId::derive("aftest", &format!("probe-{}", std::process::id()));
+    let _cleanup = Teardown(docker.clone(), env.clone());
+    let (internal, _) = networks::ensure(&docker, &env)
+        .await
+        .expect("the environment's networks");
+
+    // Positive control, and the leaky setup: the probe on the outside network reaches the host.
+    let leaky = probe::run(&docker, &env, &image, &outside.network, targets())
+        .await
+        .expect_err("a leaky network must be refused");
+    let (code_seen, message) = code(leaky);
+    assert_eq!(code_seen, RunCode::ContainmentRefused, "{message}");
+    assert!(
+        message.contains("public-tcp tcp 203.0.113.10:3128 (escaped)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("public-dns dns/udp 203.0.113.10:53 (escaped)"),
+        "{message}"
+    );
+
+    // The services' network: nothing gets out. Docker drops this traffic silently, so the probe
+    // cannot see a refusal and reports the routes unanswered — and refuses, because silence is
+    // not a pass. (Making refusals visible — a filter in each holder's namespace that rejects
+    // rather than drops — is the local runtime's next step.) What must never happen is escaped.
+    let internal_verdict = probe::run(&docker, &env, &image, &internal, targets())
+        .await
+        .expect_err("silence is refused");
+    let (code_seen, message) = code(internal_verdict);
+    assert_eq!(code_seen, RunCode::ContainmentRefused, "{message}");
+    assert!(
+        !message.contains("escaped"),
+        "nothing may get out of the internal network: {message}"
+    );
+    assert!(
+        message.contains("public-tcp tcp 203.0.113.10:3128 (unanswered)"),
+        "{message}"
+    );
+
+    teardown::down(&docker, &env).await.expect("down");
+    assert!(networks::list(&docker, &env).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_foreign_network_with_our_name_is_refused_and_left_alone() {
+    let docker = docker().await;
+    let env = EnvironmentId::derive("aftest", &format!("foreign-{}", std::process::id()));
+    let name = names::internal_network(&env);
+    let _ = docker.remove_network(&name).await;
+    docker
+        .create_network(NetworkCreateRequest {
+            name: name.clone(),
+            internal: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let (up_code, message) = code(
+        networks::ensure(&docker, &env)
+            .await
+            .expect_err("up must refuse it"),
+    );
+    assert_eq!(up_code, RunCode::NotOurs, "{message}");
+    assert!(message.contains(&name), "{message}");
+    let (down_code, _) = code(
+        teardown::down(&docker, &env)
+            .await
+            .expect_err("down must refuse it"),
+    );
+    assert_eq!(down_code, RunCode::NotOurs);
+    assert!(
+        docker
+            .inspect_network(
+                &name,
+                None::<bollard::query_parameters::InspectNetworkOptions>
+            )
+            .await
+            .is_ok(),
+        "left untouched"
+    );
+    docker.remove_network(&name).await.unwrap();
+}
+
+#[tokio::test]
+async fn down_removes_every_labelled_object_and_nothing_else() {
+    let docker = docker().await;
+    let env = EnvironmentId::derive("aftest", &format!("down-{}", std::process::id()));
+    let _cleanup = Teardown(docker.clone(), env.clone());
+    networks::ensure(&docker, &env).await.unwrap();
+    assert_eq!(networks::list(&docker, &env).await.unwrap().len(), 2);
+    // Another environment's objects survive this one's teardown.
+    let other = EnvironmentId::derive("aftest", &format!("other-{}", std::process::id()));
+    let _cleanup_other = Teardown(docker.clone(), other.clone());
+    networks::ensure(&docker, &other).await.unwrap();
+
+    teardown::down(&docker, &env).await.unwrap();
+    assert!(networks::list(&docker, &env).await.unwrap().is_empty());
+    assert!(
+        teardown::containers(&docker, &env)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        networks::list(&docker, &other).await.unwrap().len(),
+        2,
+        "another environment is untouched"
+    );
+    teardown::down(&docker, &other).await.unwrap();
+    teardown::down(&docker, &env)
+        .await
+        .expect("down on nothing is fine");
+}
