@@ -1,6 +1,8 @@
-//! The engine image: the static `af-proxy` binary in an image built FROM scratch, tagged with the
-//! digest of the binary, built on the local daemon when that tag is missing. No registry is
-//! needed. `AF_PROXY_IMAGE` names another image instead.
+//! The engine image: the static `af-proxy` binary in an image built FROM scratch, with a root
+//! filesystem made here of the few files its kernel-filter steps need (the iptables multi-call
+//! binary, its libraries and extensions, `/etc/protocols`), taken from this machine. Tagged with
+//! the digest of that whole context, built on the local daemon when the tag is missing; no
+//! registry is needed. `AF_PROXY_IMAGE` names another image instead.
 
 use std::path::{Path, PathBuf};
 
@@ -29,12 +31,37 @@ pub fn locate_binary() -> Result<PathBuf, DockerError> {
     })
 }
 
-/// `antifailure/proxy:<first 16 hex digits of the binary's SHA-256>`.
-pub fn tag_for(binary: &[u8]) -> String {
-    let digest = Sha256::digest(binary);
+/// `antifailure/proxy:<first 16 hex digits of the build context's SHA-256>`.
+pub fn tag_for(context: &[u8]) -> String {
+    let digest = Sha256::digest(context);
     let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     format!("{REPOSITORY}:{hex}")
 }
+
+/// The iptables files the image carries, at the same paths as on this machine.
+const IPTABLES_FILES: [&str; 7] = [
+    "/usr/sbin/xtables-nft-multi",
+    "/lib/x86_64-linux-gnu/libxtables.so.12",
+    "/lib/x86_64-linux-gnu/libmnl.so.0",
+    "/lib/x86_64-linux-gnu/libnftnl.so.11",
+    "/lib/x86_64-linux-gnu/libc.so.6",
+    "/lib64/ld-linux-x86-64.so.2",
+    // Protocol names: without it iptables-save prints numbers and no rule would read back as planned.
+    "/etc/protocols",
+];
+
+/// Where the match and target extensions (owner, REJECT, ...) live.
+const XTABLES_EXTENSIONS: &str = "/usr/lib/x86_64-linux-gnu/xtables";
+
+/// The names the multi-call binary answers to.
+const IPTABLES_NAMES: [&str; 6] = [
+    "iptables",
+    "iptables-restore",
+    "iptables-save",
+    "ip6tables",
+    "ip6tables-restore",
+    "ip6tables-save",
+];
 
 /// Whether a binary links statically: a dynamic one names its loader, which a FROM scratch image
 /// does not have.
@@ -43,26 +70,58 @@ pub fn is_static(binary: &[u8]) -> bool {
     binary.starts_with(b"\x7fELF") && !binary.windows(LOADER.len()).any(|w| w == LOADER)
 }
 
-/// The build context: a Dockerfile and the binary.
+/// The build context: a Dockerfile, the binary and the root filesystem, in a fixed order with
+/// fixed times so the same inputs give the same digest.
 fn context(binary: &[u8]) -> Result<Vec<u8>, DockerError> {
-    let dockerfile =
-        b"FROM scratch\nCOPY af-proxy /af-proxy\nUSER 1337:1337\nENTRYPOINT [\"/af-proxy\"]\n";
+    let dockerfile = b"FROM scratch\nCOPY rootfs/ /\nUSER 1337:1337\nENTRYPOINT [\"/af-proxy\"]\n";
     let mut archive = tar::Builder::new(Vec::new());
-    for (name, bytes, mode) in [
-        ("Dockerfile", &dockerfile[..], 0o644),
-        ("af-proxy", binary, 0o755),
-    ] {
+    let mut add = |name: &str, bytes: &[u8], mode: u32| -> Result<(), DockerError> {
         let mut header = tar::Header::new_gnu();
         header.set_size(bytes.len() as u64);
         header.set_mode(mode);
         header.set_cksum();
         archive
             .append_data(&mut header, name, bytes)
+            .map_err(|e| platform("packing the engine image", e))
+    };
+    add("Dockerfile", dockerfile, 0o644)?;
+    add("rootfs/af-proxy", binary, 0o755)?;
+    let mut files: Vec<String> = IPTABLES_FILES.iter().map(|f| f.to_string()).collect();
+    let mut extensions: Vec<String> = std::fs::read_dir(XTABLES_EXTENSIONS)
+        .map_err(|e| missing_iptables(XTABLES_EXTENSIONS, e))?
+        .filter_map(|entry| entry.ok().map(|e| e.path().display().to_string()))
+        .collect();
+    extensions.sort();
+    files.extend(extensions);
+    for file in &files {
+        let bytes = std::fs::read(file).map_err(|e| missing_iptables(file, e))?;
+        add(&format!("rootfs{file}"), &bytes, 0o755)?;
+    }
+    let mut archive = archive;
+    for name in IPTABLES_NAMES {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        header.set_mode(0o777);
+        archive
+            .append_link(
+                &mut header,
+                format!("rootfs/usr/sbin/{name}"),
+                "xtables-nft-multi",
+            )
             .map_err(|e| platform("packing the engine image", e))?;
     }
     archive
         .into_inner()
         .map_err(|e| platform("packing the engine image", e))
+}
+
+fn missing_iptables(path: &str, err: std::io::Error) -> DockerError {
+    DockerError::EngineImage {
+        detail: format!(
+            "{path}: {err}; the engine image carries this machine's iptables (nf_tables): apt-get install iptables"
+        ),
+    }
 }
 
 /// The engine image's tag, built first when the daemon does not have it.
@@ -87,7 +146,8 @@ pub async fn ensure(docker: &Docker, binary_path: &Path) -> Result<String, Docke
             ),
         });
     }
-    let tag = tag_for(&binary);
+    let context = context(&binary)?;
+    let tag = tag_for(&context);
     if docker.inspect_image(&tag).await.is_ok() {
         return Ok(tag);
     }
@@ -98,7 +158,7 @@ pub async fn ensure(docker: &Docker, binary_path: &Path) -> Result<String, Docke
         forcerm: true,
         ..Default::default()
     };
-    let body = bollard::body_full(context(&binary)?.into());
+    let body = bollard::body_full(context.into());
     let mut build = docker.build_image(options, None, Some(body));
     while let Some(step) = build.next().await {
         let info = step.map_err(|e| DockerError::EngineImage {

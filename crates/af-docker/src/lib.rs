@@ -6,7 +6,7 @@ pub mod engine_image;
 pub mod error;
 pub mod names;
 pub mod networks;
-mod one_shot;
+pub mod one_shot;
 pub mod probe;
 pub mod teardown;
 

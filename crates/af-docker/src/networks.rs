@@ -86,8 +86,8 @@ pub async fn list(docker: &Docker, env: &EnvironmentId) -> Result<Vec<String>, D
         .collect())
 }
 
-/// The gateway address of a network (the host's side of its bridge).
-pub async fn gateway(docker: &Docker, name: &str) -> Result<Option<String>, DockerError> {
+/// The subnets of a network, as CIDR text.
+pub async fn subnets(docker: &Docker, name: &str) -> Result<Vec<String>, DockerError> {
     let network = docker
         .inspect_network(
             name,
@@ -98,6 +98,8 @@ pub async fn gateway(docker: &Docker, name: &str) -> Result<Option<String>, Dock
     Ok(network
         .ipam
         .and_then(|ipam| ipam.config)
-        .and_then(|configs| configs.into_iter().find_map(|c| c.gateway))
-        .map(|g| g.split('/').next().unwrap_or(&g).to_string()))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|c| c.subnet)
+        .collect())
 }

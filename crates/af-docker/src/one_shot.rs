@@ -29,6 +29,9 @@ pub struct OneShot {
     pub args: Vec<String>,
     /// `network` name, or `container:<id>` to join another container's network namespace.
     pub network_mode: String,
+    /// The one capability a trusted engine step may need (NET_ADMIN for a kernel filter); workload
+    /// steps get none.
+    pub net_admin: bool,
 }
 
 /// Removes a leftover container of this name when it is ours; refuses (AF-RUN-045) when it is not.
@@ -87,9 +90,13 @@ pub async fn run(
         image: Some(spec.image.clone()),
         cmd: Some(spec.args.clone()),
         labels: Some(names::labels(env, &spec.role)),
+        // The kernel-filter step runs as root with NET_ADMIN and nothing else; every other step as
+        // the image's unprivileged user with no capability at all.
+        user: spec.net_admin.then(|| "0".to_string()),
         host_config: Some(HostConfig {
             network_mode: Some(spec.network_mode.clone()),
             cap_drop: Some(vec!["ALL".to_string()]),
+            cap_add: spec.net_admin.then(|| vec!["NET_ADMIN".to_string()]),
             readonly_rootfs: Some(true),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             ..Default::default()
@@ -158,4 +165,46 @@ async fn start_and_collect(docker: &Docker, name: &str) -> Result<Finished, Dock
         stdout,
         stderr,
     })
+}
+
+/// Starts the holder of a pod's network namespace on `network`: the engine image running `hold`,
+/// no capabilities, read-only. Other containers join it with `container:<name>`.
+pub async fn start_holder(
+    docker: &Docker,
+    env: &EnvironmentId,
+    role: &str,
+    image: &str,
+    network: &str,
+) -> Result<String, DockerError> {
+    let name = names::container(env, role);
+    clear(docker, &name, env).await?;
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        cmd: Some(vec!["hold".to_string()]),
+        labels: Some(names::labels(env, role)),
+        host_config: Some(HostConfig {
+            network_mode: Some(network.to_string()),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            readonly_rootfs: Some(true),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = CreateContainerOptions {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    docker
+        .create_container(Some(options), body)
+        .await
+        .map_err(|e| platform(format!("creating container {name}"), e))?;
+    docker
+        .start_container(
+            &name,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(|e| platform(format!("starting container {name}"), e))?;
+    Ok(name)
 }

@@ -6,6 +6,7 @@ use af_runtime::{ContainmentSummary, RouteFinding, RuntimeErrorKind};
 use bollard::Docker;
 
 use crate::error::DockerError;
+use crate::networks;
 use crate::one_shot::{self, OneShot};
 
 /// Probe flags passed through from af's own environment, so a test (or a user) can point the
@@ -33,8 +34,9 @@ pub fn target_args(platform_api_default: Option<String>) -> Vec<String> {
     args
 }
 
-/// Runs the probe on `network`. `Ok` with the verdict when every route was denied; AF-RUN-043
-/// naming each route that got out or could not be judged otherwise.
+/// Runs the probe as a service would run on `network`: in a holder's namespace with the refusal
+/// rules applied. `Ok` with the verdict when every route was denied; AF-RUN-043 naming each route
+/// that got out or could not be judged otherwise.
 pub async fn run(
     docker: &Docker,
     env: &EnvironmentId,
@@ -42,13 +44,55 @@ pub async fn run(
     network: &str,
     targets: Vec<String>,
 ) -> Result<ContainmentSummary, DockerError> {
+    let holder = one_shot::start_holder(docker, env, "probe-holder", image, network).await?;
+    let subnets = networks::subnets(docker, network).await?;
+    let result = run_in(docker, env, image, &holder, &subnets, targets).await;
+    one_shot::remove(docker, &holder).await?;
+    result
+}
+
+/// Runs the probe in `holder`'s namespace, after the refusal rules for `subnets`.
+pub async fn run_in(
+    docker: &Docker,
+    env: &EnvironmentId,
+    image: &str,
+    holder: &str,
+    subnets: &[String],
+    targets: Vec<String>,
+) -> Result<ContainmentSummary, DockerError> {
+    let joined = format!("container:{holder}");
+    let mut refuse = vec![
+        "refuse-outside".to_string(),
+        "--interface".to_string(),
+        "eth0".to_string(),
+    ];
+    for subnet in subnets {
+        refuse.extend(["--subnet".to_string(), subnet.clone()]);
+    }
+    let refusal = OneShot {
+        role: "probe-refusal".to_string(),
+        image: image.to_string(),
+        args: refuse,
+        network_mode: joined.clone(),
+        net_admin: true,
+    };
+    let applied = one_shot::run(docker, env, &refusal).await?;
+    if applied.exit_code != 0 {
+        return Err(DockerError::Runtime(
+            RuntimeErrorKind::NetlockFailed {
+                detail: format!("the refusal rules did not apply: {}", applied.stderr.trim()),
+            }
+            .into(),
+        ));
+    }
     let mut args = vec!["probe".to_string()];
     args.extend(targets);
     let spec = OneShot {
         role: "probe".to_string(),
         image: image.to_string(),
         args,
-        network_mode: network.to_string(),
+        network_mode: joined,
+        net_admin: false,
     };
     let finished = one_shot::run(docker, env, &spec).await?;
     let line = finished.stdout.lines().last().unwrap_or_default();

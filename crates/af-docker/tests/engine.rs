@@ -1,6 +1,7 @@
-//! Against the real Docker daemon: the engine image builds FROM scratch, the probe on a leaky
-//! network is refused naming the routes that escaped (AF-RUN-043) and on the services' network
-//! never reports an escape nor passes silence, a foreign network with the environment's name is refused and left alone
+//! Against the real Docker daemon: the engine image builds FROM scratch, the probe under a
+//! service's rules sees every route denied on the services' network while a leaky setup (a holder
+//! also attached to another network) is refused naming the routes that escaped (AF-RUN-043), a
+//! foreign network with the environment's name is refused and left alone
 //! (AF-RUN-045), and `down` removes every labelled object.
 //!
 //! These are containment tests: without a Docker daemon or the static engine binary
@@ -11,13 +12,13 @@
 
 use std::collections::HashMap;
 
-use af_docker::{engine_image, names, networks, probe, teardown};
+use af_docker::{engine_image, names, networks, one_shot, probe, teardown};
 use af_manifest::EnvironmentId;
 use af_runtime::{RunCode, RuntimeError};
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig,
-    NetworkCreateRequest, NetworkingConfig,
+    NetworkConnectRequest, NetworkCreateRequest, NetworkingConfig,
 };
 
 const PUBLIC_HOST: &str = "203.0.113.10";
@@ -213,7 +214,7 @@ fn code(err: af_docker::DockerError) -> (RunCode, String) {
 }
 
 #[tokio::test]
-async fn the_probe_names_what_escapes_a_leaky_network_and_never_passes_silence() {
+async fn the_probe_sees_every_route_denied_and_refuses_a_leaky_setup_naming_the_routes() {
     let docker = docker().await;
     let image = engine(&docker).await;
     let outside = Outside::create(&docker, &image, "probe").await;
@@ -223,10 +224,25 @@ async fn the_probe_names_what_escapes_a_leaky_network_and_never_passes_silence()
         .await
         .expect("the environment's networks");
 
-    // Positive control, and the leaky setup: the probe on the outside network reaches the host.
-    let leaky = probe::run(&docker, &env, &image, &outside.network, targets())
+    // The leaky setup, and the positive control: a service's holder also attached to the outside
+    // network. The refusal rules cover the environment's interface only, so the leak shows.
+    let holder = one_shot::start_holder(&docker, &env, "leaky-holder", &image, &internal)
         .await
-        .expect_err("a leaky network must be refused");
+        .unwrap();
+    docker
+        .connect_network(
+            &outside.network,
+            NetworkConnectRequest {
+                container: holder.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("attaching the holder to the outside network");
+    let subnets = networks::subnets(&docker, &internal).await.unwrap();
+    let leaky = probe::run_in(&docker, &env, &image, &holder, &subnets, targets())
+        .await
+        .expect_err("a leaky setup must be refused");
     let (code_seen, message) = code(leaky);
     assert_eq!(code_seen, RunCode::ContainmentRefused, "{message}");
     assert!(
@@ -237,23 +253,21 @@ async fn the_probe_names_what_escapes_a_leaky_network_and_never_passes_silence()
         message.contains("public-dns dns/udp 203.0.113.10:53 (escaped)"),
         "{message}"
     );
+    one_shot::remove(&docker, &holder).await.unwrap();
 
-    // The services' network: nothing gets out. Docker drops this traffic silently, so the probe
-    // cannot see a refusal and reports the routes unanswered — and refuses, because silence is
-    // not a pass. (Making refusals visible — a filter in each holder's namespace that rejects
-    // rather than drops — is the local runtime's next step.) What must never happen is escaped.
-    let internal_verdict = probe::run(&docker, &env, &image, &internal, targets())
+    // The services' network, under exactly a service's rules: every route denied.
+    let summary = probe::run(&docker, &env, &image, &internal, targets())
         .await
-        .expect_err("silence is refused");
-    let (code_seen, message) = code(internal_verdict);
-    assert_eq!(code_seen, RunCode::ContainmentRefused, "{message}");
+        .expect("contained on the internal network");
+    assert!(summary.contained);
+    assert_eq!(summary.routes.len(), 5);
     assert!(
-        !message.contains("escaped"),
-        "nothing may get out of the internal network: {message}"
-    );
-    assert!(
-        message.contains("public-tcp tcp 203.0.113.10:3128 (unanswered)"),
-        "{message}"
+        summary
+            .routes
+            .iter()
+            .all(|(_, outcome)| outcome == "denied"),
+        "{:?}",
+        summary.routes
     );
 
     teardown::down(&docker, &env).await.expect("down");

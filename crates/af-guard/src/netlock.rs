@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use serde::Serialize;
 
-use crate::netlock_plan::{Family, drifted, normalize, plan};
+use crate::netlock_plan::{Family, drifted, normalize, plan, refusal_plan};
 
 /// What happened to one family.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -139,13 +139,17 @@ pub fn apply(proxy_uid: u32) -> Result<NetlockReport, NetlockError> {
 }
 
 fn apply_family(family: Family, proxy_uid: u32) -> Result<FamilyOutcome, NetlockError> {
+    apply_plan(family, &plan(family, proxy_uid))
+}
+
+/// Makes the filter table exactly `planned`, in one transaction, and reads it back.
+fn apply_plan(family: Family, planned: &str) -> Result<FamilyOutcome, NetlockError> {
     let (restore, _) = family.commands();
-    let planned = plan(family, proxy_uid);
     let before = read_rules(family)?;
-    let outcome = if !drifted(&planned, &before) {
+    let outcome = if !drifted(planned, &before) {
         FamilyOutcome::AlreadyLocked
     } else {
-        let (ok, _, stderr) = run(restore, &[], Some(&planned))?;
+        let (ok, _, stderr) = run(restore, &[], Some(planned))?;
         if !ok {
             let detail = stderr.trim().to_string();
             return Err(if detail.contains("owner") {
@@ -172,13 +176,31 @@ fn apply_family(family: Family, proxy_uid: u32) -> Result<FamilyOutcome, Netlock
         }
     };
     let after = read_rules(family)?;
-    if drifted(&planned, &after) {
+    if drifted(planned, &after) {
         return Err(NetlockError::Verify {
             family: family.name(),
             found: normalize(&after),
         });
     }
     Ok(outcome)
+}
+
+/// The refusal rules of a service's namespace (see [`refusal_plan`]), applied like netlock's.
+pub fn apply_refusal(interface: &str, subnets: &[String]) -> Result<NetlockReport, NetlockError> {
+    let (_, version, _) = run("iptables", &["--version"], None)?;
+    let ipv4 = apply_plan(Family::V4, &refusal_plan(Family::V4, interface, subnets))?;
+    let ipv6 = match apply_plan(Family::V6, &refusal_plan(Family::V6, interface, subnets)) {
+        Ok(outcome) => outcome,
+        Err(_) if ipv6_disabled() => FamilyOutcome::Ipv6Disabled,
+        Err(err) => return Err(err),
+    };
+    Ok(NetlockReport {
+        backend: backend(version.trim()),
+        proxy_uid: 0,
+        ipv6_enabled: !ipv6_disabled(),
+        ipv4,
+        ipv6,
+    })
 }
 
 /// The filter table as the kernel holds it now.

@@ -63,6 +63,42 @@ pub fn plan(family: Family, proxy_uid: u32) -> String {
     text
 }
 
+/// The refusal plan of a service's namespace on a platform network that drops silently (Docker's
+/// `internal` networks): every packet leaving through `interface` for anywhere outside the
+/// environment's `subnets` is refused here, visibly — a reset for TCP, EPERM for the rest —
+/// instead of vanishing at the host. It takes nothing away that the network allowed (those
+/// packets were dropped anyway) and adds nothing on any other interface, so a namespace that is
+/// wrongly attached elsewhere still shows its leak to the probe.
+pub fn refusal_plan(family: Family, interface: &str, subnets: &[String]) -> String {
+    let mut lines = vec![
+        "*filter".to_string(),
+        ":INPUT ACCEPT [0:0]".to_string(),
+        ":FORWARD ACCEPT [0:0]".to_string(),
+        ":OUTPUT ACCEPT [0:0]".to_string(),
+    ];
+    for subnet in subnets {
+        let is_v6 = subnet.contains(':');
+        if is_v6 == (family == Family::V6) {
+            lines.push(format!("-A OUTPUT -d {subnet} -o {interface} -j ACCEPT"));
+        }
+    }
+    if family == Family::V6 {
+        for icmp_type in [133, 135, 136] {
+            lines.push(format!(
+                "-A OUTPUT -o {interface} -p ipv6-icmp -m icmp6 --icmpv6-type {icmp_type} -j ACCEPT"
+            ));
+        }
+    }
+    lines.push(format!(
+        "-A OUTPUT -o {interface} -p tcp -j REJECT --reject-with tcp-reset"
+    ));
+    lines.push(format!("-A OUTPUT -o {interface} -j DROP"));
+    lines.push("COMMIT".to_string());
+    let mut text = lines.join("\n");
+    text.push('\n');
+    text
+}
+
 /// The rule lines of `iptables-save` output for the filter table: chain policies and rules, without
 /// comments and counters, so two dumps compare by meaning.
 pub fn normalize(saved: &str) -> Vec<String> {
@@ -106,6 +142,27 @@ mod tests {
         };
         assert_eq!(plan(Family::V4, 1337), golden("netlock-v4.rules"));
         assert_eq!(plan(Family::V6, 1337), golden("netlock-v6.rules"));
+    }
+
+    #[test]
+    fn refusal_plans_match_their_golden_files() {
+        let golden = |name: &str| {
+            std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/golden")
+                    .join(name),
+            )
+            .unwrap()
+        };
+        let subnets = ["172.20.0.0/16".to_string()];
+        assert_eq!(
+            refusal_plan(Family::V4, "eth0", &subnets),
+            golden("refusal-v4.rules")
+        );
+        assert_eq!(
+            refusal_plan(Family::V6, "eth0", &subnets),
+            golden("refusal-v6.rules")
+        );
     }
 
     #[test]

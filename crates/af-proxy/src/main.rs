@@ -3,6 +3,9 @@
 //! - `serve --config FILE`: the egress sidecar (or, configured with only the proxy listener, an
 //!   afe ticket pod's allowlist proxy).
 //! - `netlock`: lock the current network namespace to loopback and the proxy's uid.
+//! - `refuse-outside`: make a silently-dropping platform network refuse visibly, in a service's
+//!   namespace.
+//! - `hold`: keep a pod's network namespace open.
 //! - `gate`: before a workload starts, prove the sidecar answers and every escape route is denied.
 //! - `probe`: try every escape route once; the per-environment containment check.
 //!
@@ -41,6 +44,18 @@ enum Command {
         #[arg(long, env = "AF_PROXY_UID", default_value_t = 1337)]
         proxy_uid: u32,
     },
+    /// Refuse, visibly, every packet leaving through INTERFACE for anywhere outside the
+    /// environment's subnets (a reset for TCP, EPERM for the rest), where the platform's network
+    /// would drop it silently. Needs NET_ADMIN; run in a service's namespace before the service.
+    RefuseOutside {
+        #[arg(long, default_value = "eth0")]
+        interface: String,
+        /// The environment's own networks (repeat for several).
+        #[arg(long = "subnet", required = true)]
+        subnets: Vec<String>,
+    },
+    /// Hold a network namespace open for the containers that join it; exits on SIGTERM.
+    Hold,
     /// Wait until the sidecar answers and every escape route is denied, several rounds in a row.
     Gate {
         /// The sidecar's proxy address.
@@ -119,7 +134,11 @@ fn main() -> ExitCode {
         .init();
     match cli.command {
         Command::Serve { config } => serve(&config),
-        Command::Netlock { proxy_uid } => netlock(proxy_uid),
+        Command::Netlock { proxy_uid } => netlock(af_guard::netlock::apply(proxy_uid)),
+        Command::RefuseOutside { interface, subnets } => {
+            netlock(af_guard::netlock::apply_refusal(&interface, &subnets))
+        }
+        Command::Hold => hold(),
         Command::Gate {
             sidecar_proxy,
             sidecar_dns,
@@ -162,8 +181,32 @@ fn print_verdict(verdict: &impl serde::Serialize, passed: bool) -> ExitCode {
     }
 }
 
-fn netlock(proxy_uid: u32) -> ExitCode {
-    match af_guard::netlock::apply(proxy_uid) {
+/// Sleeps until told to stop: the process that keeps a pod's network namespace alive.
+fn hold() -> ExitCode {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return ExitCode::FAILURE;
+    };
+    runtime.block_on(async {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => return ExitCode::FAILURE,
+            };
+        tokio::select! {
+            _ = terminate.recv() => ExitCode::SUCCESS,
+            _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
+        }
+    })
+}
+
+/// Reports a kernel-filter step: the JSON report on success, AF-RUN-051 otherwise.
+fn netlock(
+    result: Result<af_guard::netlock::NetlockReport, af_guard::netlock::NetlockError>,
+) -> ExitCode {
+    match result {
         Ok(report) => {
             eprintln!("af-proxy netlock: iptables backend {}", report.backend);
             if !report.ipv6_enabled {
