@@ -98,6 +98,15 @@ fn context(binary: &[u8]) -> Result<Vec<u8>, DockerError> {
         add(&format!("rootfs{file}"), &bytes, 0o755)?;
     }
     let mut archive = archive;
+    // A /tmp any user may write to, as every image is expected to have.
+    let mut tmp = tar::Header::new_gnu();
+    tmp.set_entry_type(tar::EntryType::Directory);
+    tmp.set_size(0);
+    tmp.set_mode(0o1777);
+    tmp.set_cksum();
+    archive
+        .append_data(&mut tmp, "rootfs/tmp/", std::io::empty())
+        .map_err(|e| platform("packing the engine image", e))?;
     for name in IPTABLES_NAMES {
         let mut header = tar::Header::new_gnu();
         header.set_entry_type(tar::EntryType::Symlink);

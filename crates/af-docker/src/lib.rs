@@ -8,9 +8,13 @@ pub mod names;
 pub mod networks;
 pub mod one_shot;
 pub mod probe;
+pub mod runtime;
+pub mod service;
+pub mod sidecar;
 pub mod teardown;
 
 pub use error::DockerError;
+pub use runtime::LocalRuntime;
 
 /// Connects to the local daemon at the API version both sides speak.
 pub async fn connect() -> Result<bollard::Docker, DockerError> {

@@ -9,6 +9,11 @@ use af_runtime::{ENVIRONMENT_LABEL, MANAGED_LABEL};
 /// The label naming an object's role in its environment (`sidecar`, `probe`, `holder`, ...).
 pub const ROLE_LABEL: &str = "dev.antifailure.role";
 
+/// On application containers: the service they run, and how many instances it wants, so `status`
+/// can read the environment back without the manifest.
+pub const SERVICE_LABEL: &str = "dev.antifailure.service";
+pub const REPLICAS_LABEL: &str = "dev.antifailure.replicas";
+
 /// The services' network: `internal`, so it has no route off the host.
 pub fn internal_network(env: &EnvironmentId) -> String {
     format!("af-{env}-internal")

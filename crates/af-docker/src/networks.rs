@@ -5,7 +5,7 @@
 use af_manifest::EnvironmentId;
 use af_runtime::RuntimeErrorKind;
 use bollard::Docker;
-use bollard::models::NetworkCreateRequest;
+use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
 
 use crate::error::{DockerError, platform};
 use crate::names;
@@ -48,26 +48,65 @@ pub async fn check_owned(
 pub async fn ensure(docker: &Docker, env: &EnvironmentId) -> Result<(String, String), DockerError> {
     let internal = names::internal_network(env);
     let egress = names::egress_network(env);
-    for (name, is_internal, role) in [
-        (&internal, true, "internal-network"),
-        (&egress, false, "egress-network"),
-    ] {
-        if check_owned(docker, name, env).await? {
-            continue;
-        }
+    if !check_owned(docker, &internal, env).await? {
+        create_internal(docker, &internal, env).await?;
+    }
+    if !check_owned(docker, &egress, env).await? {
         let request = NetworkCreateRequest {
-            name: name.clone(),
+            name: egress.clone(),
             driver: Some("bridge".to_string()),
-            internal: Some(is_internal),
-            labels: Some(names::labels(env, role)),
+            internal: Some(false),
+            labels: Some(names::labels(env, "egress-network")),
             ..Default::default()
         };
         docker
             .create_network(request)
             .await
-            .map_err(|e| platform(format!("creating network {name}"), e))?;
+            .map_err(|e| platform(format!("creating network {egress}"), e))?;
     }
     Ok((internal, egress))
+}
+
+/// The services' network gets a subnet af chooses, so the sidecar can have a fixed address in it
+/// (Docker assigns fixed addresses only in subnets a user configured). Candidates are /24s of
+/// 10.213.0.0/16, starting at one derived from the environment id; one that overlaps an existing
+/// network is skipped.
+async fn create_internal(
+    docker: &Docker,
+    name: &str,
+    env: &EnvironmentId,
+) -> Result<(), DockerError> {
+    let start = env
+        .as_str()
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    let mut last_error = String::new();
+    for attempt in 0..32u32 {
+        let subnet = format!("10.213.{}.0/24", (start + attempt) % 256);
+        let request = NetworkCreateRequest {
+            name: name.to_string(),
+            driver: Some("bridge".to_string()),
+            internal: Some(true),
+            labels: Some(names::labels(env, "internal-network")),
+            ipam: Some(Ipam {
+                config: Some(vec![IpamConfig {
+                    subnet: Some(subnet),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        match docker.create_network(request).await {
+            Ok(_) => return Ok(()),
+            Err(err) if err.to_string().contains("overlap") => last_error = err.to_string(),
+            Err(err) => return Err(platform(format!("creating network {name}"), err)),
+        }
+    }
+    Err(platform(
+        format!("creating network {name}"),
+        format!("no free subnet in 10.213.0.0/16: {last_error}"),
+    ))
 }
 
 /// The labelled networks of `env`.

@@ -34,8 +34,22 @@ enum Command {
     /// Run the egress sidecar: proxy, DNS responder, SMTP sink, decision log, inbox, control API.
     Serve {
         /// The configuration file (on Kubernetes, the mounted Secret).
-        #[arg(long, env = "AF_PROXY_CONFIG", value_name = "FILE")]
-        config: PathBuf,
+        #[arg(
+            long,
+            env = "AF_PROXY_CONFIG",
+            value_name = "FILE",
+            required_unless_present = "config_text"
+        )]
+        config: Option<PathBuf>,
+        /// The configuration itself, for a container with a read-only root and no file to mount
+        /// (the local runtime's sidecar).
+        #[arg(
+            long,
+            env = "AF_PROXY_CONFIG_TEXT",
+            hide_env_values = true,
+            conflicts_with = "config"
+        )]
+        config_text: Option<String>,
     },
     /// Drop every outgoing packet of this network namespace except loopback and the proxy's uid,
     /// IPv4 and IPv6, atomically; read the rules back to verify them. Needs NET_ADMIN.
@@ -133,7 +147,25 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
-        Command::Serve { config } => serve(&config),
+        Command::Serve {
+            config,
+            config_text,
+        } => {
+            let loaded = match (config, config_text) {
+                (Some(path), _) => af_egress::load_config(&path),
+                (None, Some(text)) => af_egress::parse_config(&text, std::path::Path::new("/"))
+                    .map_err(|problems| {
+                        af_runtime::RuntimeError::from(
+                            af_runtime::RuntimeErrorKind::SidecarConfigInvalid {
+                                file: "AF_PROXY_CONFIG_TEXT".into(),
+                                problems,
+                            },
+                        )
+                    }),
+                (None, None) => unreachable!("clap requires one of them"),
+            };
+            serve(loaded)
+        }
         Command::Netlock { proxy_uid } => netlock(af_guard::netlock::apply(proxy_uid)),
         Command::RefuseOutside { interface, subnets } => {
             netlock(af_guard::netlock::apply_refusal(&interface, &subnets))
@@ -226,8 +258,8 @@ fn netlock(
 
 /// Fails closed: a configuration that cannot be loaded, or a listener that cannot be bound, exits
 /// non-zero before anything is served.
-fn serve(config: &std::path::Path) -> ExitCode {
-    let loaded = match af_egress::load_config(config) {
+fn serve(loaded: Result<af_egress::LoadedConfig, af_runtime::RuntimeError>) -> ExitCode {
+    let loaded = match loaded {
         Ok(loaded) => loaded,
         Err(err) => {
             eprintln!("af-proxy: {err}\n  help: {}", err.help());

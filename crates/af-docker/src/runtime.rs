@@ -1,0 +1,300 @@
+//! The local runtime: `up` in the order the guarantee needs — engine image, networks, containment
+//! probe, sidecar, services (each behind its gate), readiness — and `down`, `status`, `logs`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use af_manifest::EnvironmentId;
+use af_runtime::{
+    Capabilities, ContainmentSummary, Environment, EnvironmentStatus, LogLine, LogStream,
+    ProgressEvent, ProgressSink, Runtime, RuntimeError, ServiceStatus, Step, UpReport,
+};
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::query_parameters::{ListContainersOptions, LogsOptions};
+use futures_util::StreamExt;
+
+use crate::error::{DockerError, platform};
+use crate::names::{REPLICAS_LABEL, SERVICE_LABEL};
+use crate::service::{self, Placement};
+use crate::{engine_image, names, networks, probe, sidecar, teardown};
+
+/// How long a service's port may take to open.
+const READINESS_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+pub struct LocalRuntime {
+    docker: Docker,
+    capabilities: Capabilities,
+    /// Where the probe's and the gates' routes go (`--public-tcp ...`); empty for the real
+    /// defaults.
+    probe_targets: Vec<String>,
+}
+
+impl LocalRuntime {
+    pub fn new(docker: Docker, probe_targets: Vec<String>) -> LocalRuntime {
+        LocalRuntime {
+            docker,
+            capabilities: Capabilities::new("local", []),
+            probe_targets,
+        }
+    }
+
+    async fn step<T>(
+        progress: &dyn ProgressSink,
+        step: Step,
+        detail: &str,
+        work: impl std::future::Future<Output = Result<T, DockerError>>,
+    ) -> Result<T, RuntimeError> {
+        progress.emit(ProgressEvent::StepStarted {
+            step,
+            detail: detail.to_string(),
+        });
+        let started = Instant::now();
+        let result = work.await.map_err(RuntimeError::from)?;
+        progress.emit(ProgressEvent::StepFinished {
+            step,
+            elapsed: started.elapsed(),
+        });
+        Ok(result)
+    }
+
+    async fn applications(
+        &self,
+        id: &EnvironmentId,
+    ) -> Result<Vec<bollard::models::ContainerSummary>, DockerError> {
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(names::environment_filter(id)),
+            ..Default::default()
+        };
+        let found = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| platform("listing containers", e))?;
+        Ok(found
+            .into_iter()
+            .filter(|c| {
+                c.labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(SERVICE_LABEL))
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl Runtime for LocalRuntime {
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    async fn up(
+        &self,
+        environment: &Environment,
+        progress: &dyn ProgressSink,
+    ) -> Result<UpReport, RuntimeError> {
+        let docker = &self.docker;
+        let env = &environment.id;
+        let image = Self::step(progress, Step::Images, "the engine image", async {
+            let binary = engine_image::locate_binary()?;
+            engine_image::ensure(docker, &binary).await
+        })
+        .await?;
+        let (internal, egress) = Self::step(
+            progress,
+            Step::Networks,
+            "internal and egress networks",
+            networks::ensure(docker, env),
+        )
+        .await?;
+        let subnets = networks::subnets(docker, &internal)
+            .await
+            .map_err(RuntimeError::from)?;
+        // E6 locally: the host's side of the services' network, where a Docker API would listen.
+        let platform_api = subnets
+            .iter()
+            .find(|s| !s.contains(':'))
+            .and_then(|s| sidecar::host_in(s, 1))
+            .map(|gateway| format!("{gateway}:2375"));
+        let mut targets = self.probe_targets.clone();
+        if !targets.iter().any(|t| t == "--platform-api")
+            && let Some(api) = platform_api
+        {
+            targets.extend(["--platform-api".to_string(), api]);
+        }
+        let containment = Self::step(
+            progress,
+            Step::Probe,
+            "every escape route, under a service's rules",
+            probe::run(docker, env, &image, &internal, targets.clone()),
+        )
+        .await?;
+        let manifest = &environment.manifest;
+        let sidecar = Self::step(
+            progress,
+            Step::Sidecar,
+            "the egress sidecar",
+            sidecar::start(docker, env, &image, &internal, &egress, &manifest.egress),
+        )
+        .await?;
+        let placement = Placement {
+            env,
+            engine_image: &image,
+            internal: &internal,
+            subnets: &subnets,
+            sidecar: &sidecar,
+            gate_targets: &targets,
+        };
+        for service in manifest.services_in_start_order() {
+            let detail = format!(
+                "{} ({} instance{})",
+                service.name,
+                service.replicas,
+                if service.replicas == 1 { "" } else { "s" }
+            );
+            Self::step(progress, Step::Services, &detail, async {
+                for index in 0..service.replicas {
+                    let instance = service::start(docker, placement, service, index).await?;
+                    if let Some(port) = service.port {
+                        progress.emit(ProgressEvent::Waiting {
+                            step: Step::Readiness,
+                            on: format!("{} port {port}", instance.app),
+                            elapsed: Duration::ZERO,
+                        });
+                        service::wait_ready(docker, &instance, port, READINESS_TIMEOUT).await?;
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        let mut status = self.status(env).await?;
+        status.containment = Some(containment);
+        Ok(UpReport {
+            unchanged: false,
+            status,
+        })
+    }
+
+    async fn down(
+        &self,
+        id: &EnvironmentId,
+        progress: &dyn ProgressSink,
+    ) -> Result<(), RuntimeError> {
+        Self::step(
+            progress,
+            Step::Teardown,
+            "every object labelled with the environment",
+            teardown::down(&self.docker, id),
+        )
+        .await
+    }
+
+    async fn status(&self, id: &EnvironmentId) -> Result<EnvironmentStatus, RuntimeError> {
+        let mut services: BTreeMap<String, ServiceStatus> = BTreeMap::new();
+        for container in self.applications(id).await.map_err(RuntimeError::from)? {
+            let labels = container.labels.unwrap_or_default();
+            let name = labels.get(SERVICE_LABEL).cloned().unwrap_or_default();
+            let wanted: u32 = labels
+                .get(REPLICAS_LABEL)
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            let running = container.state.map(|s| s.to_string()).as_deref() == Some("running");
+            // Applied limits, read off the container the daemon runs, not echoed from the manifest.
+            let container_name = container
+                .names
+                .and_then(|n| n.first().cloned())
+                .unwrap_or_default();
+            let host_config = self
+                .docker
+                .inspect_container(
+                    container_name.trim_start_matches('/'),
+                    None::<bollard::query_parameters::InspectContainerOptions>,
+                )
+                .await
+                .ok()
+                .and_then(|c| c.host_config);
+            let entry = services
+                .entry(name.clone())
+                .or_insert_with(|| ServiceStatus {
+                    name,
+                    ready: 0,
+                    wanted,
+                    applied_cpu_millis: host_config
+                        .as_ref()
+                        .and_then(|h| h.nano_cpus)
+                        .filter(|n| *n > 0)
+                        .map(|n| (n / 1_000_000) as u64),
+                    applied_memory_bytes: host_config
+                        .as_ref()
+                        .and_then(|h| h.memory)
+                        .filter(|m| *m > 0)
+                        .map(|m| m as u64),
+                    urls: Vec::new(),
+                });
+            entry.ready += u32::from(running);
+        }
+        Ok(EnvironmentStatus {
+            id: id.clone(),
+            services: services.into_values().collect(),
+            containment: None::<ContainmentSummary>,
+        })
+    }
+
+    async fn logs(
+        &self,
+        id: &EnvironmentId,
+        service: &str,
+        follow: bool,
+    ) -> Result<LogStream, RuntimeError> {
+        let apps: Vec<String> = self
+            .applications(id)
+            .await
+            .map_err(RuntimeError::from)?
+            .into_iter()
+            .filter(|c| {
+                c.labels
+                    .as_ref()
+                    .and_then(|l| l.get(SERVICE_LABEL))
+                    .map(String::as_str)
+                    == Some(service)
+            })
+            .filter_map(|c| {
+                c.names
+                    .and_then(|n| n.first().map(|n| n.trim_start_matches('/').to_string()))
+            })
+            .collect();
+        let docker = self.docker.clone();
+        let streams = apps.into_iter().map(move |app| {
+            let options = LogsOptions {
+                stdout: true,
+                stderr: true,
+                follow,
+                tail: "all".to_string(),
+                ..Default::default()
+            };
+            let instance = app.clone();
+            docker
+                .logs(&app, Some(options))
+                .map(move |chunk| match chunk {
+                    Ok(
+                        LogOutput::StdOut { message }
+                        | LogOutput::StdErr { message }
+                        | LogOutput::Console { message }
+                        | LogOutput::StdIn { message },
+                    ) => Ok(LogLine {
+                        instance: instance.clone(),
+                        line: String::from_utf8_lossy(&message).trim_end().to_string(),
+                    }),
+                    Err(err) => Err(RuntimeError::from(platform(
+                        format!("reading the logs of {instance}"),
+                        err,
+                    ))),
+                })
+        });
+        Ok(Box::pin(futures_util::stream::select_all(streams)))
+    }
+}

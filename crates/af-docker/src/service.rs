@@ -1,0 +1,364 @@
+//! One instance of a service on Docker, as a pod: a holder that owns the network namespace (on the
+//! services' network, resolving through the sidecar, reachable by the service's name), the
+//! refusal rules, the startup gate, and only then the application container joining it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use af_manifest::{EnvValue, EnvironmentId, ImageSource, Service};
+use af_runtime::{RouteFinding, RuntimeErrorKind};
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
+use bollard::query_parameters::CreateContainerOptions;
+
+use crate::error::{DockerError, platform};
+use crate::one_shot::{self, OneShot};
+use crate::sidecar::{DNS_PORT, PROXY_PORT, Sidecar};
+use crate::{names, sidecar};
+
+/// A running instance.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    pub holder: String,
+    pub app: String,
+    /// The holder's address on the services' network.
+    pub ip: String,
+}
+
+/// Where everything a service instance needs is.
+#[derive(Clone, Copy, Debug)]
+pub struct Placement<'a> {
+    pub env: &'a EnvironmentId,
+    pub engine_image: &'a str,
+    pub internal: &'a str,
+    pub subnets: &'a [String],
+    pub sidecar: &'a Sidecar,
+    pub gate_targets: &'a [String],
+}
+
+/// The role names of instance `index` of `service`.
+pub fn roles(service: &str, index: u32) -> (String, String) {
+    (
+        format!("{service}-{index}-holder"),
+        format!("{service}-{index}"),
+    )
+}
+
+/// The proxy variables every service gets, pointing at the sidecar; the manifest's own values for
+/// these names are dropped (the sidecar is the only way out, whatever a service is told).
+const PROXY_VARIABLES: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// The environment a service's process gets: its own variables (references resolved from af's
+/// environment), then the proxy settings, which always point at the sidecar.
+pub fn environment(
+    service: &Service,
+    sidecar_ip: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<String>, DockerError> {
+    let mut out = Vec::new();
+    for (name, value) in service
+        .env
+        .iter()
+        .filter(|(name, _)| !PROXY_VARIABLES.contains(&name.as_str()))
+    {
+        let value = match value {
+            EnvValue::Literal(text) => text.clone(),
+            EnvValue::FromEnv(source) => lookup(source).ok_or_else(|| {
+                platform(
+                    format!("starting service {}", service.name),
+                    format!("{name} takes its value from {source}, which is not set in the environment af runs in; set it and run af up again"),
+                )
+            })?,
+        };
+        out.push(format!("{name}={value}"));
+    }
+    let proxy = format!("http://{sidecar_ip}:{PROXY_PORT}");
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        out.push(format!("{name}={proxy}"));
+    }
+    out.push("NO_PROXY=localhost,127.0.0.1".to_string());
+    out.push("no_proxy=localhost,127.0.0.1".to_string());
+    Ok(out)
+}
+
+pub async fn start(
+    docker: &Docker,
+    at: Placement<'_>,
+    service: &Service,
+    index: u32,
+) -> Result<Instance, DockerError> {
+    let ImageSource::Image(image) = &service.source else {
+        return Err(platform(
+            format!("starting service {}", service.name),
+            "the local runtime does not build `build:` contexts yet; build the image and name it with `image:`",
+        ));
+    };
+    let (holder_role, app_role) = roles(&service.name, index);
+    let holder = names::container(at.env, &holder_role);
+    one_shot::clear(docker, &holder, at.env).await?;
+    let sidecar_ip = at.sidecar.internal_ip.to_string();
+    let body = ContainerCreateBody {
+        image: Some(at.engine_image.to_string()),
+        cmd: Some(vec!["hold".to_string()]),
+        labels: Some(names::labels(at.env, &holder_role)),
+        host_config: Some(HostConfig {
+            network_mode: Some(at.internal.to_string()),
+            dns: Some(vec![sidecar_ip.clone()]),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            readonly_rootfs: Some(true),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            ..Default::default()
+        }),
+        networking_config: Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                at.internal.to_string(),
+                EndpointSettings {
+                    aliases: Some(vec![service.name.clone()]),
+                    ..Default::default()
+                },
+            )])),
+        }),
+        ..Default::default()
+    };
+    docker
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(holder.clone()),
+                ..Default::default()
+            }),
+            body,
+        )
+        .await
+        .map_err(|e| platform(format!("creating container {holder}"), e))?;
+    docker
+        .start_container(
+            &holder,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(|e| platform(format!("starting container {holder}"), e))?;
+    let joined = format!("container:{holder}");
+
+    let mut refuse = vec![
+        "refuse-outside".to_string(),
+        "--interface".to_string(),
+        "eth0".to_string(),
+    ];
+    for subnet in at.subnets {
+        refuse.extend(["--subnet".to_string(), subnet.clone()]);
+    }
+    let refusal = OneShot {
+        role: format!("{holder_role}-refusal"),
+        image: at.engine_image.to_string(),
+        args: refuse,
+        network_mode: joined.clone(),
+        net_admin: true,
+    };
+    let applied = one_shot::run(docker, at.env, &refusal).await?;
+    if applied.exit_code != 0 {
+        return Err(DockerError::Runtime(
+            RuntimeErrorKind::NetlockFailed {
+                detail: applied.stderr.trim().to_string(),
+            }
+            .into(),
+        ));
+    }
+
+    let mut gate = vec![
+        "gate".to_string(),
+        "--sidecar-proxy".to_string(),
+        format!("{sidecar_ip}:{PROXY_PORT}"),
+        "--sidecar-dns".to_string(),
+        format!("{sidecar_ip}:{DNS_PORT}"),
+        "--deadline-s".to_string(),
+        "30".to_string(),
+    ];
+    gate.extend(at.gate_targets.iter().cloned());
+    let gate = OneShot {
+        role: format!("{holder_role}-gate"),
+        image: at.engine_image.to_string(),
+        args: gate,
+        network_mode: joined.clone(),
+        net_admin: false,
+    };
+    let verdict = one_shot::run(docker, at.env, &gate).await?;
+    if verdict.exit_code != 0 {
+        let reason: serde_json::Value =
+            serde_json::from_str(verdict.stdout.lines().last().unwrap_or_default())
+                .unwrap_or_default();
+        return Err(DockerError::Runtime(
+            RuntimeErrorKind::ContainmentRefused {
+                findings: vec![RouteFinding {
+                    route: format!("the startup gate of {}", service.name),
+                    outcome: reason["reason"]
+                        .as_str()
+                        .unwrap_or(verdict.stderr.trim())
+                        .to_string(),
+                }],
+            }
+            .into(),
+        ));
+    }
+
+    let app = names::container(at.env, &app_role);
+    one_shot::clear(docker, &app, at.env).await?;
+    let resources = &service.resources;
+    let body = ContainerCreateBody {
+        image: Some(image.clone()),
+        entrypoint: service.command.clone(),
+        cmd: service.args.clone(),
+        env: Some(environment(service, &sidecar_ip, |name| {
+            std::env::var(name).ok()
+        })?),
+        labels: Some({
+            let mut labels = names::labels(at.env, &app_role);
+            labels.insert(names::SERVICE_LABEL.to_string(), service.name.clone());
+            labels.insert(
+                names::REPLICAS_LABEL.to_string(),
+                service.replicas.to_string(),
+            );
+            labels
+        }),
+        host_config: Some(HostConfig {
+            network_mode: Some(joined),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            nano_cpus: resources
+                .cpu
+                .as_ref()
+                .map(|q| i64::try_from(q.milli_value() * 1_000_000).unwrap_or(i64::MAX)),
+            memory: resources
+                .memory
+                .as_ref()
+                .map(|q| i64::try_from(q.value_rounded_up()).unwrap_or(i64::MAX)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    docker
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(app.clone()),
+                ..Default::default()
+            }),
+            body,
+        )
+        .await
+        .map_err(|e| platform(format!("creating container {app} from {image}"), e))?;
+    docker
+        .start_container(
+            &app,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(|e| platform(format!("starting container {app}"), e))?;
+    let ip = sidecar::address_on(docker, &holder, at.internal).await?;
+    Ok(Instance { holder, app, ip })
+}
+
+/// Waits until the instance's port accepts a connection from the host, failing fast (with its last
+/// log lines) when the application exits first.
+pub async fn wait_ready(
+    docker: &Docker,
+    instance: &Instance,
+    port: u16,
+    timeout: Duration,
+) -> Result<(), DockerError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let target = format!("{}:{port}", instance.ip);
+    loop {
+        if tokio::time::timeout(
+            Duration::from_millis(500),
+            tokio::net::TcpStream::connect(&target),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok())
+        {
+            return Ok(());
+        }
+        let state = docker
+            .inspect_container(
+                &instance.app,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .map_err(|e| platform(format!("inspecting container {}", instance.app), e))?
+            .state;
+        if state.as_ref().and_then(|s| s.running) == Some(false) {
+            let code = state.and_then(|s| s.exit_code).unwrap_or_default();
+            let last_lines = last_log_lines(docker, &instance.app, 10).await;
+            return Err(platform(
+                format!("starting {}", instance.app),
+                format!(
+                    "it exited with status {code} before its port {port} opened; its last lines:\n{last_lines}"
+                ),
+            ));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(platform(
+                format!("waiting for {}", instance.app),
+                format!("port {port} did not open within {}s", timeout.as_secs()),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_are_resolved_and_the_proxy_always_points_at_the_sidecar() {
+        let manifest = af_manifest::parse(
+            "name: app\nruntime: {provider: local}\nservices:\n  web:\n    image: x\n    env:\n      LOG: info\n      API_TOKEN: {from_env: HOST_TOKEN}\n      HTTP_PROXY: http://elsewhere:1\n",
+            "af.yaml",
+        )
+        .unwrap();
+        let web = &manifest.services["web"];
+        let env = environment(web, "172.20.0.2", |name| {
+            (name == "HOST_TOKEN").then(|| "t0k3n".to_string())
+        })
+        .unwrap();
+        assert!(env.contains(&"LOG=info".to_string()));
+        assert!(env.contains(&"API_TOKEN=t0k3n".to_string()));
+        let proxy: Vec<&String> = env
+            .iter()
+            .filter(|v| v.starts_with("HTTP_PROXY="))
+            .collect();
+        assert_eq!(
+            proxy,
+            vec!["HTTP_PROXY=http://172.20.0.2:3128"],
+            "only the sidecar's setting"
+        );
+        let missing = environment(web, "172.20.0.2", |_| None).unwrap_err();
+        assert!(missing.to_string().contains("HOST_TOKEN"), "{missing}");
+    }
+}
+
+/// The last `count` lines a container wrote, for an error message.
+pub async fn last_log_lines(docker: &Docker, container: &str, count: usize) -> String {
+    use futures_util::StreamExt;
+    let options = bollard::query_parameters::LogsOptions {
+        stdout: true,
+        stderr: true,
+        tail: count.to_string(),
+        ..Default::default()
+    };
+    let mut out = String::new();
+    let mut logs = docker.logs(container, Some(options));
+    while let Some(Ok(chunk)) = logs.next().await {
+        out.push_str(&chunk.to_string());
+    }
+    out.lines()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

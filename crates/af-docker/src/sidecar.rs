@@ -1,0 +1,240 @@
+//! The environment's sidecar on Docker: the engine image running `serve`, at a fixed address on
+//! the services' network (every service's resolver points there) and also on the egress network,
+//! the only container with a way off the host. Its control API answers only on the egress side.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+use af_manifest::{EgressPolicy, EnvironmentId};
+use bollard::Docker;
+use bollard::models::{
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest,
+    NetworkingConfig,
+};
+use bollard::query_parameters::CreateContainerOptions;
+
+use crate::error::{DockerError, platform};
+use crate::{names, networks, one_shot};
+
+pub const PROXY_PORT: u16 = 3128;
+pub const DNS_PORT: u16 = 53;
+pub const CONTROL_PORT: u16 = 9901;
+
+/// Where the sidecar is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sidecar {
+    pub container: String,
+    /// Its address on the services' network: their proxy and resolver.
+    pub internal_ip: Ipv4Addr,
+    /// Its control API, on the egress network (reachable from the host only).
+    pub control: String,
+    pub token: String,
+}
+
+/// The address a subnet's host number `index` has (`172.20.0.0/16`, 2 → 172.20.0.2).
+pub fn host_in(subnet: &str, index: u32) -> Option<Ipv4Addr> {
+    let (base, prefix) = subnet.split_once('/')?;
+    let base: Ipv4Addr = base.parse().ok()?;
+    let prefix: u32 = prefix.parse().ok()?;
+    let size = 1u64 << (32 - prefix.min(32));
+    (u64::from(index) < size.saturating_sub(1)).then(|| Ipv4Addr::from(u32::from(base) + index))
+}
+
+/// A control token nobody can guess: 32 hex digits from the kernel's random source.
+fn new_token() -> Result<String, DockerError> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .map_err(|e| platform("making the control token", e))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The sidecar's configuration, as the file `af-proxy serve` reads.
+pub fn config(
+    env: &EnvironmentId,
+    policy: &EgressPolicy,
+    internal_ip: Ipv4Addr,
+    token: &str,
+) -> Result<String, DockerError> {
+    let policy = serde_json::to_string(policy)
+        .map_err(|e| platform("writing the sidecar configuration", e))?;
+    Ok(format!(
+        "environment: {env}
+policy: {policy}
+listen:
+  proxy: 0.0.0.0:{PROXY_PORT}
+  http: 0.0.0.0:80
+  tls: 0.0.0.0:443
+  dns: 0.0.0.0:{DNS_PORT}
+  smtp: [0.0.0.0:25, 0.0.0.0:587]
+dns:
+  answer_v4: {internal_ip}
+control:
+  listen: 0.0.0.0:{CONTROL_PORT}
+  token: {token}
+  workload_addresses: [{internal_ip}]
+log:
+  path: /var/log/af/decisions.jsonl
+"
+    ))
+}
+
+/// Starts (replacing a leftover of ours) the sidecar of `env`.
+pub async fn start(
+    docker: &Docker,
+    env: &EnvironmentId,
+    image: &str,
+    internal: &str,
+    egress: &str,
+    policy: &EgressPolicy,
+) -> Result<Sidecar, DockerError> {
+    let name = names::container(env, "sidecar");
+    one_shot::clear(docker, &name, env).await?;
+    let subnet = networks::subnets(docker, internal)
+        .await?
+        .into_iter()
+        .find(|s| !s.contains(':'))
+        .ok_or_else(|| {
+            platform(
+                format!("reading the subnet of {internal}"),
+                "it has no IPv4 subnet",
+            )
+        })?;
+    // The gateway is .1; the sidecar is created first, so .2 is free.
+    let internal_ip = host_in(&subnet, 2).ok_or_else(|| {
+        platform(
+            format!("choosing the sidecar's address in {subnet}"),
+            "the subnet is too small",
+        )
+    })?;
+    let token = new_token()?;
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        cmd: Some(vec!["serve".to_string()]),
+        env: Some(vec![format!(
+            "AF_PROXY_CONFIG_TEXT={}",
+            config(env, policy, internal_ip, &token)?
+        )]),
+        labels: Some(names::labels(env, "sidecar")),
+        host_config: Some(HostConfig {
+            network_mode: Some(internal.to_string()),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            readonly_rootfs: Some(true),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            // The log's ring lives in memory-backed scratch space; the root stays read-only.
+            tmpfs: Some(HashMap::from([(
+                "/var/log/af".to_string(),
+                "size=64m,uid=1337,gid=1337".to_string(),
+            )])),
+            // Ports 25, 53, 80 and 443 without a capability.
+            sysctls: Some(HashMap::from([(
+                "net.ipv4.ip_unprivileged_port_start".to_string(),
+                "0".to_string(),
+            )])),
+            ..Default::default()
+        }),
+        networking_config: Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                internal.to_string(),
+                EndpointSettings {
+                    ipam_config: Some(EndpointIpamConfig {
+                        ipv4_address: Some(internal_ip.to_string()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )])),
+        }),
+        ..Default::default()
+    };
+    let options = CreateContainerOptions {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    docker
+        .create_container(Some(options), body)
+        .await
+        .map_err(|e| platform(format!("creating container {name}"), e))?;
+    docker
+        .connect_network(
+            egress,
+            NetworkConnectRequest {
+                container: name.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| platform(format!("attaching {name} to {egress}"), e))?;
+    docker
+        .start_container(
+            &name,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(|e| platform(format!("starting container {name}"), e))?;
+    let egress_ip = address_on(docker, &name, egress).await?;
+    Ok(Sidecar {
+        container: name,
+        internal_ip,
+        control: format!("{egress_ip}:{CONTROL_PORT}"),
+        token,
+    })
+}
+
+/// A container's address on a network.
+pub async fn address_on(
+    docker: &Docker,
+    container: &str,
+    network: &str,
+) -> Result<String, DockerError> {
+    let found = docker
+        .inspect_container(
+            container,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .map_err(|e| platform(format!("inspecting container {container}"), e))?;
+    found
+        .network_settings
+        .and_then(|n| n.networks)
+        .and_then(|mut networks| networks.remove(network))
+        .and_then(|endpoint| endpoint.ip_address)
+        .filter(|ip| !ip.is_empty())
+        .ok_or_else(|| {
+            platform(
+                format!("reading the address of {container} on {network}"),
+                "it has none",
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_in_subnets() {
+        assert_eq!(
+            host_in("172.20.0.0/16", 2),
+            Some(Ipv4Addr::new(172, 20, 0, 2))
+        );
+        assert_eq!(host_in("10.0.5.0/24", 2), Some(Ipv4Addr::new(10, 0, 5, 2)));
+        assert_eq!(host_in("10.0.5.0/31", 2), None);
+        assert_eq!(host_in("nonsense", 2), None);
+    }
+
+    #[test]
+    fn the_configuration_is_one_the_sidecar_accepts() {
+        let env = EnvironmentId::derive("shop", "main");
+        let text = config(
+            &env,
+            &EgressPolicy::default(),
+            Ipv4Addr::new(172, 20, 0, 2),
+            "0123456789abcdef0123",
+        )
+        .unwrap();
+        assert!(text.contains("workload_addresses: [172.20.0.2]"));
+        assert!(text.contains("answer_v4: 172.20.0.2"));
+    }
+}

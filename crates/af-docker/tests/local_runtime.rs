@@ -1,0 +1,105 @@
+//! `up`, `status` and `down` of a whole environment against the real Docker daemon: the probe
+//! passes under a service's rules, the sidecar starts, each service instance starts behind its
+//! gate and is ready, the applied limits are read back off the containers, and `down` leaves
+//! nothing labelled behind.
+//!
+//! The service is the engine image itself serving on port 8080, so the test needs no registry and
+//! no image but the one `up` builds. Every escape route points at test hosts (TEST-NET addresses
+//! that nothing on this machine answers, refused inside the service's namespace).
+
+use af_docker::{LocalRuntime, engine_image, teardown};
+use af_manifest::EnvironmentId;
+use af_runtime::{Environment, ProgressEvent, ProgressSink, Runtime};
+
+struct Collect(std::sync::Mutex<Vec<ProgressEvent>>);
+
+impl ProgressSink for Collect {
+    fn emit(&self, event: ProgressEvent) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+fn targets() -> Vec<String> {
+    [
+        ("--public-tcp", "203.0.113.10:443"),
+        ("--public-dns", "203.0.113.10:53"),
+        ("--metadata", "203.0.113.10:80"),
+        ("--metadata-v6", "[2001:db8::10]:80"),
+        ("--timeout-ms", "1500"),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_string(), value.to_string()])
+    .collect()
+}
+
+#[tokio::test]
+async fn up_status_and_down_of_a_whole_environment() {
+    let docker = af_docker::connect()
+        .await
+        .expect("these tests need the Docker daemon (CI runs one)");
+    let binary = engine_image::locate_binary()
+        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
+    let image = engine_image::ensure(&docker, &binary)
+        .await
+        .expect("the engine image");
+    let service_config = "environment: web\npolicy: {}\nlisten: {proxy: 0.0.0.0:8080}\ncontrol: {listen: 127.0.0.1:9901, token: web-token-0123456789}\nlog: {path: /tmp/web/decisions.jsonl}\n";
+    let manifest = af_manifest::parse(
+        &format!(
+            "name: aftest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    replicas: 2\n    resources: {{cpu: 250m, memory: 64Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{}\"\n",
+            service_config.replace('\n', "\\n")
+        ),
+        "af.yaml",
+    )
+    .unwrap();
+    let id = EnvironmentId::derive("aftest", &format!("up-{}", std::process::id()));
+    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let progress = Collect(Default::default());
+    let environment = Environment {
+        id: id.clone(),
+        manifest,
+        manifest_dir: ".".into(),
+    };
+    let report = runtime.up(&environment, &progress).await;
+    let status = runtime.status(&id).await;
+    let down = runtime.down(&id, &progress).await;
+    let report = report.unwrap_or_else(|e| panic!("up: {e}"));
+    down.unwrap();
+
+    let containment = report.status.containment.expect("the probe's verdict");
+    assert!(
+        containment.contained && containment.routes.iter().all(|(_, o)| o == "denied"),
+        "{:?}",
+        containment.routes
+    );
+    let status = status.unwrap();
+    assert_eq!(status.services.len(), 1);
+    let web = &status.services[0];
+    assert_eq!((web.name.as_str(), web.ready, web.wanted), ("web", 2, 2));
+    assert_eq!(
+        web.applied_cpu_millis,
+        Some(250),
+        "read off the running container"
+    );
+    assert_eq!(web.applied_memory_bytes, Some(64 << 20));
+    let steps: Vec<String> = progress
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            ProgressEvent::StepStarted { step, .. } => Some(format!("{step:?}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "Images", "Networks", "Probe", "Sidecar", "Services", "Teardown"
+        ],
+        "the order the guarantee needs"
+    );
+    assert!(
+        teardown::containers(&docker, &id).await.unwrap().is_empty(),
+        "down leaves no container"
+    );
+}
