@@ -311,6 +311,26 @@ pub async fn wait_ready(
     }
 }
 
+/// The last `count` lines a container wrote, for an error message.
+pub async fn last_log_lines(docker: &Docker, container: &str, count: usize) -> String {
+    use futures_util::StreamExt;
+    let options = bollard::query_parameters::LogsOptions {
+        stdout: true,
+        stderr: true,
+        tail: count.to_string(),
+        ..Default::default()
+    };
+    let mut out = String::new();
+    let mut logs = docker.logs(container, Some(options));
+    while let Some(Ok(chunk)) = logs.next().await {
+        out.push_str(&chunk.to_string());
+    }
+    out.lines()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,24 +361,4 @@ mod tests {
         let missing = environment(web, "172.20.0.2", |_| None).unwrap_err();
         assert!(missing.to_string().contains("HOST_TOKEN"), "{missing}");
     }
-}
-
-/// The last `count` lines a container wrote, for an error message.
-pub async fn last_log_lines(docker: &Docker, container: &str, count: usize) -> String {
-    use futures_util::StreamExt;
-    let options = bollard::query_parameters::LogsOptions {
-        stdout: true,
-        stderr: true,
-        tail: count.to_string(),
-        ..Default::default()
-    };
-    let mut out = String::new();
-    let mut logs = docker.logs(container, Some(options));
-    while let Some(Ok(chunk)) = logs.next().await {
-        out.push_str(&chunk.to_string());
-    }
-    out.lines()
-        .map(|l| format!("  {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
