@@ -46,11 +46,24 @@ pub enum Command {
     /// Check a manifest and report every problem in it, with where and what to write instead.
     Validate(ValidateArgs),
 
+    /// Bring the environment up: containment probe, sidecar, every service behind its gate, ready.
+    Up(EnvArgs),
+    /// Remove everything that carries the environment's label, and wait until it is gone.
+    Down(EnvArgs),
+    /// Each service's instances ready/wanted and applied limits, read off what is running.
+    Status(EnvArgs),
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]
         shell: Shell,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// The environment (default: the manifest folder's git branch).
+    #[arg(long, env = "AF_ENV", value_name = "NAME")]
+    pub env: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -8,8 +8,12 @@ pub enum Exit {
     Success,
     /// A bug or an unexpected failure of the machine (not the user's input).
     Internal,
+    /// The command line did not say enough (which environment).
+    Usage,
     /// The manifest was refused (AF-MAN-*).
     InvalidManifest,
+    /// A runtime error: its code's status.
+    Runtime(af_runtime::RunCode),
 }
 
 impl Exit {
@@ -17,7 +21,9 @@ impl Exit {
         match self {
             Exit::Success => 0,
             Exit::Internal => 1,
+            Exit::Usage => 2,
             Exit::InvalidManifest => 3,
+            Exit::Runtime(code) => code.exit_status(),
         }
     }
 }

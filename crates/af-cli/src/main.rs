@@ -1,6 +1,7 @@
 //! `af`: environments ("twins") of a multi-service app from a manifest.
 
 mod cli;
+mod environment_commands;
 mod environment_name;
 mod exit;
 mod problem_report;
@@ -19,6 +20,24 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Validate(args) => validate::run(args, &cli.global.manifest, cli.global.json),
         Command::Completion { shell } => completion(*shell, cli.global.json),
+        Command::Up(args) => environment_commands::run(
+            environment_commands::Verb::Up,
+            args,
+            &cli.global.manifest,
+            cli.global.json,
+        ),
+        Command::Down(args) => environment_commands::run(
+            environment_commands::Verb::Down,
+            args,
+            &cli.global.manifest,
+            cli.global.json,
+        ),
+        Command::Status(args) => environment_commands::run(
+            environment_commands::Verb::Status,
+            args,
+            &cli.global.manifest,
+            cli.global.json,
+        ),
     };
     let exit = outcome.unwrap_or_else(|err| {
         eprintln!("af: internal error: {err:#}");

@@ -20,6 +20,8 @@ pub enum Capability {
     PreviewUrls,
     /// `database.provider: container`: a database branch running beside the environment.
     ContainerDatabase,
+    /// Running environments at all (`af up`): a runtime that is not built yet lacks it.
+    Environments,
     /// Readiness counts any HTTP answer on `health_path` (the local runtime); without it, only
     /// 2xx/3xx count (Kubernetes decides readiness itself).
     AnyStatusIsReady,
@@ -39,6 +41,9 @@ impl Capability {
                 "a database branch in a container (database.provider: container)"
             }
             Capability::AnyStatusIsReady => "treating any HTTP status on health_path as ready",
+            Capability::Environments => {
+                "running environments yet (this build of af has only the local runtime)"
+            }
         }
     }
 }

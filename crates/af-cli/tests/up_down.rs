@@ -1,0 +1,90 @@
+//! `af up`, `af status`, `af down` as a person runs them, against the real Docker daemon. The
+//! service is the engine image serving on a port, so nothing is pulled; every escape route is
+//! pointed (through the AF_PROBE_* variables) at TEST-NET addresses nothing answers.
+
+use std::process::Command;
+
+fn af(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_af"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env("AF_PROBE_PUBLIC_TCP", "203.0.113.10:443")
+        .env("AF_PROBE_PUBLIC_DNS", "203.0.113.10:53")
+        .env("AF_PROBE_METADATA", "203.0.113.10:80")
+        .env("AF_PROBE_METADATA_V6", "[2001:db8::10]:80")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn up_status_down() {
+    let image = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let docker = af_docker::connect()
+            .await
+            .expect("these tests need the Docker daemon (CI runs one)");
+        let binary = af_docker::engine_image::locate_binary()
+            .expect("the static engine binary: scripts/build-engine or AF_PROXY_BINARY");
+        af_docker::engine_image::ensure(&docker, &binary)
+            .await
+            .unwrap()
+    });
+    let dir = std::env::temp_dir().join(format!("af-cli-up-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = "environment: web\\npolicy: {}\\nlisten: {proxy: 0.0.0.0:8080}\\ncontrol: {listen: 127.0.0.1:9901, token: web-token-0123456789}\\nlog: {path: /tmp/web/log.jsonl}\\n";
+    std::fs::write(
+        dir.join("af.yaml"),
+        format!("name: clitest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    resources: {{memory: 32Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{config}\"\n"),
+    )
+    .unwrap();
+    let env = format!("cli-{}", std::process::id());
+
+    let up = af(&dir, &["up", "--env", &env]);
+    let status = af(&dir, &["--json", "status", "--env", &env]);
+    let down = af(&dir, &["down", "--env", &env]);
+    let after = af(&dir, &["--json", "status", "--env", &env]);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let up_text = text(&up);
+    for step in ["Probe", "Sidecar", "Services"] {
+        assert!(up_text.contains(&format!("✓ {step}")), "{up_text}");
+    }
+    assert!(up_text.contains("containment: contained"), "{up_text}");
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["services"][0]["ready"], 1);
+    assert_eq!(status["services"][0]["applied_memory_bytes"], 32 << 20);
+    assert_eq!(down.status.code(), Some(0), "{}", text(&down));
+    let after: serde_json::Value = serde_json::from_slice(&after.stdout).unwrap();
+    assert_eq!(
+        after["services"],
+        serde_json::json!([]),
+        "nothing left after down"
+    );
+}
+
+#[test]
+fn a_kubernetes_manifest_is_af_run_044_naming_the_runtime() {
+    let dir = std::env::temp_dir().join(format!("af-cli-k8s-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("af.yaml"),
+        "name: k\nruntime: {provider: kubernetes}\nservices: {web: {image: x}}\n",
+    )
+    .unwrap();
+    let out = af(&dir, &["up", "--env", "x"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(out.status.code(), Some(44));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("AF-RUN-044 the kubernetes runtime does not support")
+    );
+}
