@@ -52,6 +52,18 @@ pub enum Command {
     Down(EnvArgs),
     /// Each service's instances ready/wanted and applied limits, read off what is running.
     Status(EnvArgs),
+    /// The sidecar's records of what left, or tried to.
+    Net {
+        #[command(subcommand)]
+        command: NetCommand,
+    },
+    /// What the sidecar captured instead of letting out: requests to captured hosts, and mail.
+    Inbox(InboxArgs),
+    /// Deliver requests to services as a third party would.
+    Webhook {
+        #[command(subcommand)]
+        command: WebhookCommand,
+    },
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]
@@ -74,4 +86,55 @@ pub struct ValidateArgs {
     /// The environment whose id to derive (default: the manifest folder's git branch).
     #[arg(long, env = "AF_ENV", value_name = "NAME")]
     pub env: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetCommand {
+    /// Every decision the sidecar made, oldest first.
+    Log(NetLogArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NetLogArgs {
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// Only this verdict: allow, capture or deny.
+    #[arg(long)]
+    pub verdict: Option<String>,
+    /// Only this host.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Only decisions at or after this RFC 3339 time.
+    #[arg(long)]
+    pub since: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InboxArgs {
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// Show this entry whole instead of listing them all.
+    pub id: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WebhookCommand {
+    /// Send a request to a service through the sidecar, and print its answer.
+    Trigger(WebhookArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    #[command(flatten)]
+    pub env: EnvArgs,
+    pub service: String,
+    /// The path, starting with '/'.
+    pub path: String,
+    #[arg(long, default_value = "POST")]
+    pub method: String,
+    #[arg(long, default_value = "")]
+    pub body: String,
+    /// A header, `Name: value` (repeat for several).
+    #[arg(long = "header")]
+    pub headers: Vec<String>,
 }

@@ -5,8 +5,9 @@ use std::path::Path;
 
 use af_manifest::{EnvironmentId, Manifest, Provider};
 use af_runtime::{
-    Capabilities, Capability, Environment, EnvironmentStatus, ProgressEvent, ProgressSink, Runtime,
-    RuntimeError,
+    Capabilities, Capability, CapturedItem, DecisionQuery, DecisionRecord, Environment,
+    EnvironmentStatus, InboxEntry, ProgressEvent, ProgressSink, Runtime, RuntimeError,
+    WebhookDelivery, WebhookRequest,
 };
 
 use crate::cli::EnvArgs;
@@ -44,6 +45,18 @@ pub enum Verb {
     Up,
     Down,
     Status,
+    NetLog(DecisionQuery),
+    Inbox(Option<String>),
+    Webhook(WebhookRequest),
+}
+
+/// What a verb answers with.
+enum Answer {
+    Status(EnvironmentStatus),
+    Removed,
+    Decisions(Vec<DecisionRecord>),
+    Inbox(Vec<InboxEntry>),
+    Delivery(WebhookDelivery),
 }
 
 pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyhow::Result<Exit> {
@@ -67,27 +80,36 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
     let outcome = runtime.block_on(async {
         let platform = connect(&manifest).await?;
         let progress = Progress { json };
-        match verb {
+        Ok::<_, RuntimeError>(match verb {
             Verb::Up => {
                 let environment = Environment {
                     id: id.clone(),
                     manifest: manifest.clone(),
                     manifest_dir: dir.to_path_buf(),
                 };
-                let report = platform.up(&environment, &progress).await?;
-                Ok(Some(report.status))
+                Answer::Status(platform.up(&environment, &progress).await?.status)
             }
-            Verb::Down => platform.down(&id, &progress).await.map(|()| None),
-            Verb::Status => platform.status(&id).await.map(Some),
-        }
+            Verb::Down => {
+                platform.down(&id, &progress).await?;
+                Answer::Removed
+            }
+            Verb::Status => Answer::Status(platform.status(&id).await?),
+            Verb::NetLog(query) => Answer::Decisions(platform.net_log(&id, &query).await?),
+            Verb::Inbox(wanted) => {
+                let entries = platform.inbox(&id).await?;
+                Answer::Inbox(match wanted {
+                    Some(wanted) => entries.into_iter().filter(|e| e.id == wanted).collect(),
+                    None => entries,
+                })
+            }
+            Verb::Webhook(request) => {
+                Answer::Delivery(platform.trigger_webhook(&id, &request).await?)
+            }
+        })
     });
     match outcome {
-        Ok(status) => {
-            if let Some(status) = status {
-                print_status(&status, json)?;
-            } else if !json {
-                eprintln!("environment {id} removed");
-            }
+        Ok(answer) => {
+            print_answer(&id, answer, json)?;
             Ok(Exit::Success)
         }
         Err(err) => {
@@ -95,6 +117,64 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
             Ok(Exit::Runtime(err.code()))
         }
     }
+}
+
+fn print_answer(id: &EnvironmentId, answer: Answer, json: bool) -> anyhow::Result<()> {
+    match answer {
+        Answer::Status(status) => print_status(&status, json)?,
+        Answer::Removed if json => println!("{}", serde_json::json!({"removed": id})),
+        Answer::Removed => eprintln!("environment {id} removed"),
+        Answer::Decisions(records) if json => {
+            for record in records {
+                println!("{}", serde_json::to_string(&record)?);
+            }
+        }
+        Answer::Decisions(records) => {
+            for r in records {
+                println!(
+                    "{} {:<8} {:<16} {:<7} {}:{} {} ({})",
+                    r.time,
+                    r.verdict_text(),
+                    r.protocol,
+                    r.method,
+                    r.host,
+                    r.port,
+                    r.rule,
+                    r.client
+                );
+            }
+        }
+        Answer::Inbox(entries) if json => println!("{}", serde_json::to_string(&entries)?),
+        Answer::Inbox(entries) => {
+            for entry in entries {
+                match entry.item {
+                    CapturedItem::Http {
+                        method,
+                        host,
+                        path,
+                        body,
+                        ..
+                    } => println!(
+                        "{} {} http {method} {host}{path} ({} bytes)",
+                        entry.id,
+                        entry.time,
+                        body.len()
+                    ),
+                    CapturedItem::Mail {
+                        from, to, subject, ..
+                    } => println!(
+                        "{} {} mail from {from} to {} \"{subject}\"",
+                        entry.id,
+                        entry.time,
+                        to.join(", ")
+                    ),
+                }
+            }
+        }
+        Answer::Delivery(delivery) if json => println!("{}", serde_json::to_string(&delivery)?),
+        Answer::Delivery(delivery) => println!("{}\n{}", delivery.status, delivery.body),
+    }
+    Ok(())
 }
 
 /// The runtime the manifest names. Only the local one is built; asking for another is AF-RUN-044

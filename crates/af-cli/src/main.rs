@@ -32,6 +32,64 @@ fn main() -> ExitCode {
             &cli.global.manifest,
             cli.global.json,
         ),
+        Command::Net {
+            command: cli::NetCommand::Log(args),
+        } => {
+            let verdict = match args
+                .verdict
+                .as_deref()
+                .map(str::parse::<af_runtime::Verdict>)
+            {
+                Some(Err(why)) => {
+                    eprintln!("af: {why}");
+                    return ExitCode::from(Exit::Usage.status());
+                }
+                Some(Ok(v)) => Some(v),
+                None => None,
+            };
+            let query = af_runtime::DecisionQuery {
+                verdict,
+                host: args.host.clone(),
+                since: args.since.clone(),
+            };
+            environment_commands::run(
+                environment_commands::Verb::NetLog(query),
+                &args.env,
+                &cli.global.manifest,
+                cli.global.json,
+            )
+        }
+        Command::Inbox(args) => environment_commands::run(
+            environment_commands::Verb::Inbox(args.id.clone()),
+            &args.env,
+            &cli.global.manifest,
+            cli.global.json,
+        ),
+        Command::Webhook {
+            command: cli::WebhookCommand::Trigger(args),
+        } => {
+            let headers = args
+                .headers
+                .iter()
+                .filter_map(|h| {
+                    h.split_once(':')
+                        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                })
+                .collect();
+            let request = af_runtime::WebhookRequest {
+                service: args.service.clone(),
+                path: args.path.clone(),
+                method: args.method.clone(),
+                headers,
+                body: args.body.clone(),
+            };
+            environment_commands::run(
+                environment_commands::Verb::Webhook(request),
+                &args.env,
+                &cli.global.manifest,
+                cli.global.json,
+            )
+        }
         Command::Status(args) => environment_commands::run(
             environment_commands::Verb::Status,
             args,

@@ -41,6 +41,17 @@ fn up_status_down() {
 
     let up = af(&dir, &["up", "--env", &env]);
     let status = af(&dir, &["--json", "status", "--env", &env]);
+    let webhook = af(
+        &dir,
+        &[
+            "--json", "webhook", "trigger", "web", "/hooks/x", "--method", "GET", "--env", &env,
+        ],
+    );
+    let net_log = af(
+        &dir,
+        &["--json", "net", "log", "--env", &env, "--verdict", "allow"],
+    );
+    let inbox = af(&dir, &["--json", "inbox", "--env", &env]);
     let down = af(&dir, &["down", "--env", &env]);
     let after = af(&dir, &["--json", "status", "--env", &env]);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -62,6 +73,34 @@ fn up_status_down() {
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["services"][0]["ready"], 1);
     assert_eq!(status["services"][0]["applied_memory_bytes"], 32 << 20);
+    // The webhook reached the service (itself an HTTP proxy, which answers an origin-form request
+    // with 400 and says why), and the sidecar recorded it.
+    assert_eq!(webhook.status.code(), Some(0), "{}", text(&webhook));
+    let delivery: serde_json::Value = serde_json::from_slice(&webhook.stdout).unwrap();
+    assert_eq!(delivery["status"], 400, "{delivery}");
+    assert!(
+        delivery["body"]
+            .as_str()
+            .unwrap()
+            .contains("this is an HTTP proxy"),
+        "{delivery}"
+    );
+    assert_eq!(net_log.status.code(), Some(0), "{}", text(&net_log));
+    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&net_log.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["protocol"] == "webhook" && r["host"] == "web"),
+        "{records:?}"
+    );
+    assert_eq!(inbox.status.code(), Some(0), "{}", text(&inbox));
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&inbox.stdout).unwrap(),
+        serde_json::json!([])
+    );
     assert_eq!(down.status.code(), Some(0), "{}", text(&down));
     let after: serde_json::Value = serde_json::from_slice(&after.stdout).unwrap();
     assert_eq!(

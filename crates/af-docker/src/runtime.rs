@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use af_manifest::EnvironmentId;
 use af_runtime::{
-    Capabilities, ContainmentSummary, Environment, EnvironmentStatus, LogLine, LogStream,
-    ProgressEvent, ProgressSink, Runtime, RuntimeError, ServiceStatus, Step, UpReport,
+    Capabilities, Capability, ContainmentSummary, DecisionQuery, DecisionRecord, Environment,
+    EnvironmentStatus, InboxEntry, LogLine, LogStream, ProgressEvent, ProgressSink, Runtime,
+    RuntimeError, ServiceStatus, Step, UpReport, WebhookDelivery, WebhookRequest,
 };
 use async_trait::async_trait;
 use bollard::Docker;
@@ -18,7 +19,7 @@ use futures_util::StreamExt;
 use crate::error::{DockerError, platform};
 use crate::names::{REPLICAS_LABEL, SERVICE_LABEL};
 use crate::service::{self, Placement};
-use crate::{engine_image, names, networks, probe, sidecar, teardown};
+use crate::{control, engine_image, names, networks, probe, sidecar, teardown};
 
 /// How long a service's port may take to open.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(60);
@@ -36,7 +37,14 @@ impl LocalRuntime {
     pub fn new(docker: Docker, probe_targets: Vec<String>) -> LocalRuntime {
         LocalRuntime {
             docker,
-            capabilities: Capabilities::new("local", []),
+            capabilities: Capabilities::new(
+                "local",
+                [
+                    Capability::NetLog,
+                    Capability::Inbox,
+                    Capability::WebhookTrigger,
+                ],
+            ),
             probe_targets,
         }
     }
@@ -133,11 +141,24 @@ impl Runtime for LocalRuntime {
         )
         .await?;
         let manifest = &environment.manifest;
+        let webhooks: Vec<(String, u16)> = manifest
+            .services
+            .values()
+            .filter_map(|s| s.port.map(|p| (s.name.clone(), p)))
+            .collect();
         let sidecar = Self::step(
             progress,
             Step::Sidecar,
             "the egress sidecar",
-            sidecar::start(docker, env, &image, &internal, &egress, &manifest.egress),
+            sidecar::start(
+                docker,
+                env,
+                &image,
+                &internal,
+                &egress,
+                &manifest.egress,
+                &webhooks,
+            ),
         )
         .await?;
         let placement = Placement {
@@ -242,6 +263,29 @@ impl Runtime for LocalRuntime {
             services: services.into_values().collect(),
             containment: None::<ContainmentSummary>,
         })
+    }
+
+    async fn net_log(
+        &self,
+        id: &EnvironmentId,
+        query: &DecisionQuery,
+    ) -> Result<Vec<DecisionRecord>, RuntimeError> {
+        let sidecar = sidecar::find(&self.docker, id).await?;
+        Ok(control::decisions(&sidecar, query).await?)
+    }
+
+    async fn inbox(&self, id: &EnvironmentId) -> Result<Vec<InboxEntry>, RuntimeError> {
+        let sidecar = sidecar::find(&self.docker, id).await?;
+        Ok(control::inbox(&sidecar).await?)
+    }
+
+    async fn trigger_webhook(
+        &self,
+        id: &EnvironmentId,
+        request: &WebhookRequest,
+    ) -> Result<WebhookDelivery, RuntimeError> {
+        let sidecar = sidecar::find(&self.docker, id).await?;
+        Ok(control::trigger_webhook(&sidecar, request).await?)
     }
 
     async fn logs(

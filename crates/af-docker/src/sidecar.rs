@@ -20,6 +20,61 @@ pub const PROXY_PORT: u16 = 3128;
 pub const DNS_PORT: u16 = 53;
 pub const CONTROL_PORT: u16 = 9901;
 
+/// The sidecar of an environment that is up: its address and token, read back off its container
+/// (the token is in its configuration, which only the host side can inspect).
+pub async fn find(docker: &Docker, env: &EnvironmentId) -> Result<Sidecar, DockerError> {
+    let name = names::container(env, "sidecar");
+    let found = docker
+        .inspect_container(
+            &name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .map_err(|e| {
+            platform(
+                format!("finding the sidecar {name} (is the environment up?)"),
+                e,
+            )
+        })?;
+    if !names::is_ours(found.config.as_ref().and_then(|c| c.labels.as_ref()), env) {
+        return Err(DockerError::Runtime(
+            af_runtime::RuntimeErrorKind::NotOurs {
+                object_kind: "container".into(),
+                name,
+            }
+            .into(),
+        ));
+    }
+    let config = found
+        .config
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|v| v.strip_prefix("AF_PROXY_CONFIG_TEXT=").map(str::to_string))
+        .unwrap_or_default();
+    let field = |key: &str| {
+        config
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
+    };
+    let token = field("token:").ok_or_else(|| {
+        platform(
+            format!("reading {name}'s configuration"),
+            "no control token",
+        )
+    })?;
+    let internal_ip = field("answer_v4:")
+        .and_then(|ip| ip.parse().ok())
+        .ok_or_else(|| platform(format!("reading {name}'s configuration"), "no address"))?;
+    let egress_ip = address_on(docker, &name, &names::egress_network(env)).await?;
+    Ok(Sidecar {
+        container: name,
+        internal_ip,
+        control: format!("{egress_ip}:{CONTROL_PORT}"),
+        token,
+    })
+}
+
 /// Where the sidecar is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sidecar {
@@ -56,9 +111,16 @@ pub fn config(
     policy: &EgressPolicy,
     internal_ip: Ipv4Addr,
     token: &str,
+    webhooks: &[(String, u16)],
 ) -> Result<String, DockerError> {
     let policy = serde_json::to_string(policy)
         .map_err(|e| platform("writing the sidecar configuration", e))?;
+    // Each service with a port takes webhooks at its name, which the platform's resolver knows.
+    let webhooks: Vec<String> = webhooks
+        .iter()
+        .map(|(service, port)| format!("{service}: \"{service}:{port}\""))
+        .collect();
+    let webhooks = webhooks.join(", ");
     Ok(format!(
         "environment: {env}
 policy: {policy}
@@ -76,6 +138,7 @@ control:
   workload_addresses: [{internal_ip}]
 log:
   path: /var/log/af/decisions.jsonl
+webhooks: {{{webhooks}}}
 "
     ))
 }
@@ -88,6 +151,7 @@ pub async fn start(
     internal: &str,
     egress: &str,
     policy: &EgressPolicy,
+    webhooks: &[(String, u16)],
 ) -> Result<Sidecar, DockerError> {
     let name = names::container(env, "sidecar");
     one_shot::clear(docker, &name, env).await?;
@@ -114,7 +178,7 @@ pub async fn start(
         cmd: Some(vec!["serve".to_string()]),
         env: Some(vec![format!(
             "AF_PROXY_CONFIG_TEXT={}",
-            config(env, policy, internal_ip, &token)?
+            config(env, policy, internal_ip, &token, webhooks)?
         )]),
         labels: Some(names::labels(env, "sidecar")),
         host_config: Some(HostConfig {
@@ -232,9 +296,16 @@ mod tests {
             &EgressPolicy::default(),
             Ipv4Addr::new(172, 20, 0, 2),
             "0123456789abcdef0123",
+            &[("web".to_string(), 8080)],
         )
         .unwrap();
         assert!(text.contains("workload_addresses: [172.20.0.2]"));
         assert!(text.contains("answer_v4: 172.20.0.2"));
+        assert!(text.contains("webhooks: {web: \"web:8080\"}"), "{text}");
+        let parsed = af_egress::parse_config(&text, std::path::Path::new("/"));
+        assert!(
+            parsed.is_ok(),
+            "the sidecar must accept what the runtime writes: {parsed:?}\n{text}"
+        );
     }
 }

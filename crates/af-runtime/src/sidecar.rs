@@ -18,6 +18,21 @@ pub enum Verdict {
     Deny,
 }
 
+impl std::str::FromStr for Verdict {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Verdict, String> {
+        match text {
+            "allow" => Ok(Verdict::Allow),
+            "capture" => Ok(Verdict::Capture),
+            "deny" => Ok(Verdict::Deny),
+            other => Err(format!(
+                "{other:?} is not a verdict; use allow, capture or deny"
+            )),
+        }
+    }
+}
+
 /// One decision: every field always present, so a reader never guesses.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionRecord {
@@ -40,6 +55,17 @@ pub struct DecisionRecord {
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub duration_ms: u64,
+}
+
+impl DecisionRecord {
+    /// The verdict as the log spells it.
+    pub fn verdict_text(&self) -> &'static str {
+        match self.verdict {
+            Verdict::Allow => "allow",
+            Verdict::Capture => "capture",
+            Verdict::Deny => "deny",
+        }
+    }
 }
 
 /// Which decisions to read.
