@@ -10,18 +10,14 @@
 //! Every "outside" host is one the test makes, on an `internal` network of its own at a TEST-NET
 //! address, so no packet of these tests can leave the machine.
 
-use std::collections::HashMap;
+mod support;
 
 use af_docker::{engine_image, names, networks, one_shot, probe, teardown};
 use af_manifest::EnvironmentId;
 use af_runtime::{RunCode, RuntimeError};
 use bollard::Docker;
-use bollard::models::{
-    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig,
-    NetworkConnectRequest, NetworkCreateRequest, NetworkingConfig,
-};
-
-const PUBLIC_HOST: &str = "203.0.113.10";
+use bollard::models::{NetworkConnectRequest, NetworkCreateRequest};
+use support::{Outside, Teardown};
 
 async fn docker() -> Docker {
     af_docker::connect()
@@ -35,162 +31,6 @@ async fn engine(docker: &Docker) -> String {
     engine_image::ensure(docker, &binary)
         .await
         .expect("the engine image builds")
-}
-
-/// The test's own "outside": an internal network at TEST-NET-3 with one host on it running the
-/// sidecar program as a TCP and DNS server. Removed when dropped.
-struct Outside {
-    docker: Docker,
-    network: String,
-    host: String,
-}
-
-impl Outside {
-    async fn create(docker: &Docker, image: &str, tag: &str) -> Outside {
-        let network = format!("af-test-{tag}-{}-public", std::process::id());
-        let host = format!("{network}-host");
-        let _ = docker
-            .remove_container(
-                &host,
-                Some(bollard::query_parameters::RemoveContainerOptions {
-                    force: true,
-                    ..Default::default()
-                }),
-            )
-            .await;
-        let _ = docker.remove_network(&network).await;
-        docker
-            .create_network(NetworkCreateRequest {
-                name: network.clone(),
-                driver: Some("bridge".into()),
-                internal: Some(true),
-                ipam: Some(Ipam {
-                    config: Some(vec![IpamConfig {
-                        subnet: Some("203.0.113.0/24".into()),
-                        ..Default::default()
-                    }]),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await
-            .expect("the test's outside network");
-        let config = "environment: outside\npolicy: {}\nlisten: {proxy: 0.0.0.0:3128, dns: 0.0.0.0:53}\ndns: {answer_v4: 203.0.113.10}\ncontrol: {listen: 127.0.0.1:9901, token: outside-token-0123456789}\nlog: {path: /var/log/af/decisions.jsonl}\n";
-        let body = ContainerCreateBody {
-            image: Some(image.to_string()),
-            user: Some("0".into()),
-            cmd: Some(vec![
-                "serve".into(),
-                "--config".into(),
-                "/etc/af/outside.yaml".into(),
-            ]),
-            host_config: Some(HostConfig {
-                network_mode: Some(network.clone()),
-                ..Default::default()
-            }),
-            networking_config: Some(NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(
-                    network.clone(),
-                    EndpointSettings {
-                        ipam_config: Some(EndpointIpamConfig {
-                            ipv4_address: Some(PUBLIC_HOST.into()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                )])),
-            }),
-            ..Default::default()
-        };
-        docker
-            .create_container(
-                Some(bollard::query_parameters::CreateContainerOptions {
-                    name: Some(host.clone()),
-                    ..Default::default()
-                }),
-                body,
-            )
-            .await
-            .expect("the outside host");
-        let mut archive = tar::Builder::new(Vec::new());
-        let mut header = tar::Header::new_gnu();
-        header.set_size(config.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        archive
-            .append_data(&mut header, "etc/af/outside.yaml", config.as_bytes())
-            .unwrap();
-        let options = bollard::query_parameters::UploadToContainerOptions {
-            path: "/".into(),
-            ..Default::default()
-        };
-        docker
-            .upload_to_container(
-                &host,
-                Some(options),
-                bollard::body_full(archive.into_inner().unwrap().into()),
-            )
-            .await
-            .expect("the outside host's configuration");
-        docker
-            .start_container(
-                &host,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .expect("the outside host starts");
-        Outside {
-            docker: docker.clone(),
-            network,
-            host,
-        }
-    }
-}
-
-impl Drop for Outside {
-    fn drop(&mut self) {
-        let (docker, network, host) =
-            (self.docker.clone(), self.network.clone(), self.host.clone());
-        // Drop cannot await; a short runtime of its own removes the test's objects.
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                let _ = docker
-                    .remove_container(
-                        &host,
-                        Some(bollard::query_parameters::RemoveContainerOptions {
-                            force: true,
-                            ..Default::default()
-                        }),
-                    )
-                    .await;
-                let _ = docker.remove_network(&network).await;
-            });
-        })
-        .join()
-        .unwrap();
-    }
-}
-
-/// Removes an environment's labelled objects when a test ends, however it ends.
-struct Teardown(Docker, EnvironmentId);
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        let (docker, env) = (self.0.clone(), self.1.clone());
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let _ = runtime.block_on(teardown::down(&docker, &env));
-        })
-        .join()
-        .unwrap();
-    }
 }
 
 /// Every route pointed at the test's own outside host (never a real address).
@@ -217,7 +57,7 @@ fn code(err: af_docker::DockerError) -> (RunCode, String) {
 async fn the_probe_sees_every_route_denied_and_refuses_a_leaky_setup_naming_the_routes() {
     let docker = docker().await;
     let image = engine(&docker).await;
-    let outside = Outside::create(&docker, &image, "probe").await;
+    let outside = Outside::create(&docker, &image, "probe", "203.0.113.0/24").await;
     let env = EnvironmentId::derive("aftest", &format!("probe-{}", std::process::id()));
     let _cleanup = Teardown(docker.clone(), env.clone());
     let (internal, _) = networks::ensure(&docker, &env)

@@ -23,6 +23,10 @@ pub enum Outcome {
 pub enum RouteKind {
     /// A TCP connection; established is escaped.
     Tcp(SocketAddr),
+    /// An HTTP request; any HTTP answer is escaped, a connection closed unanswered is denied (the
+    /// listener refused the client). For listeners that accept and then refuse, such as the
+    /// sidecar's control API on the workloads' side.
+    Http(SocketAddr),
     /// A DNS query over UDP; any answer to it is escaped.
     DnsUdp(SocketAddr),
     /// A datagram; any datagram back is escaped.
@@ -43,6 +47,7 @@ impl Route {
     pub fn target(&self) -> String {
         match &self.kind {
             RouteKind::Tcp(addr) => format!("tcp {addr}"),
+            RouteKind::Http(addr) => format!("http {addr}"),
             RouteKind::DnsUdp(addr) => format!("dns/udp {addr}"),
             RouteKind::Udp(addr) => format!("udp {addr}"),
             RouteKind::Icmp(ip) => format!("icmp {ip}"),
@@ -51,8 +56,8 @@ impl Route {
     }
 }
 
-/// Reads `NAME=KIND:ADDRESS`, KIND one of `tcp`, `dns`, `udp`, `icmp` (`icmp` takes an address
-/// without a port).
+/// Reads `NAME=KIND:ADDRESS`, KIND one of `tcp`, `http`, `dns`, `udp`, `icmp` (`icmp` takes an
+/// address without a port).
 pub fn parse_route(spec: &str) -> Result<Route, String> {
     let (name, rest) = spec
         .split_once('=')
@@ -67,6 +72,7 @@ pub fn parse_route(spec: &str) -> Result<Route, String> {
     };
     let kind = match kind {
         "tcp" => RouteKind::Tcp(socket()?),
+        "http" => RouteKind::Http(socket()?),
         "dns" => RouteKind::DnsUdp(socket()?),
         "udp" => RouteKind::Udp(socket()?),
         "icmp" => RouteKind::Icmp(
@@ -153,6 +159,7 @@ fn attempt(kind: &RouteKind, timeout: Duration) -> io::Result<String> {
             TcpStream::connect_timeout(addr, timeout)?;
             Ok("connection established".to_string())
         }
+        RouteKind::Http(addr) => http_get(*addr, timeout),
         RouteKind::DnsUdp(addr) => {
             let id = (std::process::id() as u16) ^ 0x5a5a;
             let answer = datagram(
@@ -169,7 +176,7 @@ fn attempt(kind: &RouteKind, timeout: Duration) -> io::Result<String> {
                 ))
             }
         }
-        RouteKind::Udp(addr) => datagram(*addr, b"af-probe", timeout)
+        RouteKind::Udp(addr) => datagram(*addr, UDP_PROBE, timeout)
             .map(|reply| format!("a datagram of {} bytes", reply.len())),
         RouteKind::Icmp(ip) => ping(*ip, timeout),
         RouteKind::Unconfigured => Err(io::Error::new(
@@ -178,6 +185,39 @@ fn attempt(kind: &RouteKind, timeout: Duration) -> io::Result<String> {
         )),
     }
 }
+
+fn http_get(addr: SocketAddr, timeout: Duration) -> io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(
+        format!("GET / HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n").as_bytes(),
+    )?;
+    let mut answer = [0u8; 64];
+    let n = stream.read(&mut answer)?;
+    if n == 0 {
+        // Accepted and closed without a word: the listener refused this client.
+        return Err(io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            "closed without an answer",
+        ));
+    }
+    let head = String::from_utf8_lossy(&answer[..n]);
+    match head.strip_prefix("HTTP/") {
+        Some(_) => Ok(format!(
+            "an HTTP answer: {}",
+            head.lines().next().unwrap_or_default()
+        )),
+        None => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "an answer that is not HTTP",
+        )),
+    }
+}
+
+/// What a `udp` route sends: long enough that a DNS server on the port answers it (with FORMERR),
+/// so a datagram that got out is seen to have got out.
+const UDP_PROBE: &[u8] = b"af-probe-udp\0\0\0\0";
 
 fn datagram(addr: SocketAddr, payload: &[u8], timeout: Duration) -> io::Result<Vec<u8>> {
     let bind: SocketAddr = if addr.is_ipv4() {

@@ -1,0 +1,255 @@
+//! CONTAINMENT.md's battery from inside a running service on the local runtime, against the real
+//! Docker daemon. Each route is tried from the service's own network namespace (a probe joined to
+//! its holder, exactly the service's rules) and judged at the application layer, beside a positive
+//! control proving the target answers a client that is allowed to reach it. Then the sidecar is
+//! killed and nothing gets out (E20).
+//!
+//! The "outside" is the test's own: hosts on internal networks it makes, at TEST-NET, link-local
+//! (169.254.169.254) and private addresses. No packet of this test can leave the machine.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use af_docker::{LocalRuntime, engine_image, names, networks, one_shot, sidecar};
+use af_manifest::EnvironmentId;
+use af_runtime::{Environment, ProgressEvent, ProgressSink, Runtime};
+use bollard::Docker;
+use bollard::models::NetworkConnectRequest;
+use support::{Outside, Teardown};
+
+struct Quiet;
+
+impl ProgressSink for Quiet {
+    fn emit(&self, _: ProgressEvent) {}
+}
+
+/// Runs `af-proxy probe` with `routes` in `holder`'s namespace; outcome by route name.
+async fn probe_in(
+    docker: &Docker,
+    env: &EnvironmentId,
+    image: &str,
+    holder: &str,
+    routes: &[(&str, String)],
+) -> BTreeMap<String, String> {
+    let mut args = vec![
+        "probe".to_string(),
+        "--timeout-ms".to_string(),
+        "1500".to_string(),
+    ];
+    for (name, route) in routes {
+        args.extend(["--route".to_string(), format!("{name}={route}")]);
+    }
+    // The standard routes must point somewhere of ours too; the extra routes are the battery.
+    for (flag, value) in [
+        ("--public-tcp", "203.0.113.10:3128"),
+        ("--public-dns", "203.0.113.10:53"),
+        ("--metadata", "169.254.169.254:3128"),
+        ("--metadata-v6", "[2001:db8::10]:80"),
+        ("--platform-api", "203.0.113.10:2375"),
+    ] {
+        args.extend([flag.to_string(), value.to_string()]);
+    }
+    let spec = one_shot::OneShot {
+        role: "battery".into(),
+        image: image.into(),
+        args,
+        network_mode: format!("container:{holder}"),
+        net_admin: false,
+    };
+    let finished = one_shot::run(docker, env, &spec)
+        .await
+        .expect("the battery probe runs");
+    let verdict: serde_json::Value =
+        serde_json::from_str(finished.stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {}", finished.stderr));
+    verdict["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["route"].as_str().unwrap().to_string(),
+                r["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn manifest(name: &str, image: &str) -> af_manifest::Manifest {
+    let config = "environment: svc\\npolicy: {}\\nlisten: {proxy: 0.0.0.0:8080}\\ncontrol: {listen: 127.0.0.1:9901, token: svc-token-0123456789}\\nlog: {path: /tmp/svc/log.jsonl}\\n";
+    af_manifest::parse(
+        &format!("name: {name}\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{config}\"\n"),
+        "af.yaml",
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_nothing() {
+    let docker = af_docker::connect()
+        .await
+        .expect("these tests need the Docker daemon (CI runs one)");
+    let binary = engine_image::locate_binary()
+        .expect("the static engine binary: scripts/build-engine or AF_PROXY_BINARY");
+    let image = engine_image::ensure(&docker, &binary).await.unwrap();
+    let public = Outside::create(&docker, &image, "bat-public", "203.0.113.0/24").await;
+    let metadata =
+        Outside::create_at(&docker, &image, "bat-metadata", "169.254.169.0/24", 254).await;
+    let operator = Outside::create(&docker, &image, "bat-operator", "10.214.77.0/24").await;
+
+    let pid = std::process::id();
+    let (a, b) = (
+        EnvironmentId::derive("afbat", &format!("a-{pid}")),
+        EnvironmentId::derive("afbat", &format!("b-{pid}")),
+    );
+    let _cleanup = (
+        Teardown(docker.clone(), a.clone()),
+        Teardown(docker.clone(), b.clone()),
+    );
+    let targets: Vec<String> = [
+        ("--public-tcp", "203.0.113.10:3128"),
+        ("--public-dns", "203.0.113.10:53"),
+        ("--metadata", "169.254.169.254:3128"),
+        ("--metadata-v6", "[2001:db8::10]:80"),
+    ]
+    .into_iter()
+    .flat_map(|(f, v)| [f.to_string(), v.to_string()])
+    .collect();
+    let runtime = LocalRuntime::new(docker.clone(), targets);
+    for (id, name) in [(&a, "afbat"), (&b, "afbat")] {
+        let environment = Environment {
+            id: id.clone(),
+            manifest: manifest(name, &image),
+            manifest_dir: ".".into(),
+        };
+        runtime
+            .up(&environment, &Quiet)
+            .await
+            .unwrap_or_else(|e| panic!("up {id}: {e}"));
+    }
+    let web_a = names::container(&a, "web-0-holder");
+    let web_b = names::container(&b, "web-0-holder");
+    let other_ip = sidecar::address_on(&docker, &web_b, &names::internal_network(&b))
+        .await
+        .unwrap();
+    let side = sidecar::find(&docker, &a).await.unwrap();
+    let gateway = networks::subnets(&docker, &names::internal_network(&a))
+        .await
+        .unwrap()[0]
+        .replace(".0/24", ".1");
+
+    let battery: Vec<(&str, String)> = vec![
+        ("e1-public-tcp", format!("tcp:{}:3128", public.ip)),
+        ("e2-public-dns", format!("dns:{}:53", public.ip)),
+        ("e3-dns-over-tcp", format!("tcp:{}:53", public.ip)),
+        ("e4-metadata", format!("tcp:{}:3128", metadata.ip)),
+        ("e5-global-v6", "tcp:[2001:db8::10]:80".to_string()),
+        ("e6-platform-api", format!("tcp:{gateway}:2375")),
+        ("e7-operator-host", format!("tcp:{}:3128", operator.ip)),
+        ("e8-icmp", format!("icmp:{}", public.ip)),
+        ("e9-udp", format!("udp:{}:53", public.ip)),
+        ("e15-other-environment", format!("tcp:{other_ip}:8080")),
+        ("e16-control-api", format!("http:{}:9901", side.internal_ip)),
+    ];
+
+    // Positive control: the same routes from a holder attached to the outside networks reach
+    // every outside host (the other environment and the sidecar are not on them, so those two
+    // are controlled below by their own listeners).
+    let control_holder =
+        one_shot::start_holder(&docker, &a, "control-holder", &image, &public.network)
+            .await
+            .unwrap();
+    for network in [&metadata.network, &operator.network] {
+        docker
+            .connect_network(
+                network,
+                NetworkConnectRequest {
+                    container: control_holder.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let open = probe_in(&docker, &a, &image, &control_holder, &battery).await;
+    for route in [
+        "e1-public-tcp",
+        "e2-public-dns",
+        "e3-dns-over-tcp",
+        "e4-metadata",
+        "e7-operator-host",
+        "e9-udp",
+    ] {
+        assert_eq!(
+            open[route], "escaped",
+            "positive control for {route}: {open:?}"
+        );
+    }
+    one_shot::remove(&docker, &control_holder).await.unwrap();
+    // The other environment's service answers its own environment (its gate passed through it),
+    // and the sidecar's control API answers the host side.
+    let other_env_holder = one_shot::start_holder(
+        &docker,
+        &b,
+        "control-holder",
+        &image,
+        &names::internal_network(&b),
+    )
+    .await
+    .unwrap();
+    let same_env = probe_in(
+        &docker,
+        &b,
+        &image,
+        &other_env_holder,
+        &[("e15-other-environment", format!("tcp:{other_ip}:8080"))],
+    )
+    .await;
+    assert_eq!(
+        same_env["e15-other-environment"], "escaped",
+        "positive control: the service listens"
+    );
+    one_shot::remove(&docker, &other_env_holder).await.unwrap();
+    let mut host_side = tokio::net::TcpStream::connect(&side.control)
+        .await
+        .expect("the control API from the host side");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    host_side
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: c\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    host_side.read_to_string(&mut answer).await.unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok\n"),
+        "positive control: the control API answers the host side: {answer}"
+    );
+
+    // From inside environment A's running service: every route denied.
+    let inside = probe_in(&docker, &a, &image, &web_a, &battery).await;
+    for (route, outcome) in &inside {
+        assert_eq!(
+            outcome, "denied",
+            "{route} from inside a service: {inside:?}"
+        );
+    }
+
+    // E20: the sidecar stopped — the environment fails closed.
+    docker
+        .kill_container(
+            &side.container,
+            None::<bollard::query_parameters::KillContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let mut after_kill = battery.clone();
+    after_kill.push(("sidecar-proxy", format!("tcp:{}:3128", side.internal_ip)));
+    let closed = probe_in(&docker, &a, &image, &web_a, &after_kill).await;
+    for (route, outcome) in &closed {
+        assert_ne!(
+            outcome, "escaped",
+            "{route} after the sidecar died: {closed:?}"
+        );
+    }
+}
