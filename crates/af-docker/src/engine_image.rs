@@ -33,9 +33,14 @@ pub fn locate_binary() -> Result<PathBuf, DockerError> {
 
 /// `antifailure/proxy:<first 16 hex digits of the build context's SHA-256>`.
 pub fn tag_for(context: &[u8]) -> String {
-    let digest = Sha256::digest(context);
+    digest_tag(REPOSITORY, context)
+}
+
+/// `<repository>:<first 16 hex digits of the SHA-256 of bytes>`.
+pub fn digest_tag(repository: &str, bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
     let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("{REPOSITORY}:{hex}")
+    format!("{repository}:{hex}")
 }
 
 /// The iptables files the image carries, at the same paths as on this machine.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use af_manifest::EnvironmentId;
+use af_manifest::{EnvironmentId, ImageSource};
 use af_runtime::{
     Capabilities, Capability, ContainmentSummary, DecisionQuery, DecisionRecord, Environment,
     EnvironmentStatus, InboxEntry, LogLine, LogStream, ProgressEvent, ProgressSink, Runtime,
@@ -19,7 +19,7 @@ use futures_util::StreamExt;
 use crate::error::{DockerError, platform};
 use crate::names::{REPLICAS_LABEL, SERVICE_LABEL};
 use crate::service::{self, Placement};
-use crate::{control, engine_image, names, networks, probe, sidecar, teardown};
+use crate::{build, control, engine_image, names, networks, probe, sidecar, teardown};
 
 /// How long a service's port may take to open.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(60);
@@ -104,12 +104,45 @@ impl Runtime for LocalRuntime {
         environment: &Environment,
         progress: &dyn ProgressSink,
     ) -> Result<UpReport, RuntimeError> {
+        // What the manifest asks for that this runtime does not do yet is refused up front, naming
+        // it — never started without it.
+        for capability in wanted_capabilities(&environment.manifest) {
+            self.capabilities.require(capability)?;
+        }
         let docker = &self.docker;
         let env = &environment.id;
-        let image = Self::step(progress, Step::Images, "the engine image", async {
-            let binary = engine_image::locate_binary()?;
-            engine_image::ensure(docker, &binary).await
-        })
+        let (image, images) = Self::step(
+            progress,
+            Step::Images,
+            "the engine image and the services' images",
+            async {
+                let binary = engine_image::locate_binary()?;
+                let engine = engine_image::ensure(docker, &binary).await?;
+                let manifest = &environment.manifest;
+                let mut images = BTreeMap::new();
+                for service in manifest.services.values() {
+                    let tag = match &service.source {
+                        ImageSource::Image(image) => image.clone(),
+                        ImageSource::Build {
+                            context,
+                            dockerfile,
+                        } => {
+                            build::build(
+                                docker,
+                                &manifest.name,
+                                &service.name,
+                                &environment.manifest_dir,
+                                context,
+                                dockerfile,
+                            )
+                            .await?
+                        }
+                    };
+                    images.insert(service.name.clone(), tag);
+                }
+                Ok((engine, images))
+            },
+        )
         .await?;
         let (internal, egress) = Self::step(
             progress,
@@ -178,7 +211,9 @@ impl Runtime for LocalRuntime {
             );
             Self::step(progress, Step::Services, &detail, async {
                 for index in 0..service.replicas {
-                    let instance = service::start(docker, placement, service, index).await?;
+                    let instance =
+                        service::start(docker, placement, service, &images[&service.name], index)
+                            .await?;
                     if let Some(port) = service.port {
                         progress.emit(ProgressEvent::Waiting {
                             step: Step::Readiness,
@@ -340,5 +375,67 @@ impl Runtime for LocalRuntime {
                 })
         });
         Ok(Box::pin(futures_util::stream::select_all(streams)))
+    }
+}
+
+/// The capabilities a manifest needs beyond plain services.
+pub fn wanted_capabilities(manifest: &af_manifest::Manifest) -> Vec<Capability> {
+    let services = manifest.services.values();
+    let mut wanted = Vec::new();
+    let mut want = |needed: bool, capability| {
+        if needed && !wanted.contains(&capability) {
+            wanted.push(capability);
+        }
+    };
+    for service in services {
+        want(service.migrate.is_some(), Capability::Migrations);
+        want(service.cron.is_some(), Capability::CronSchedules);
+        want(service.health_path.is_some(), Capability::HealthPaths);
+        want(
+            service.web && manifest.runtime.domain.is_some(),
+            Capability::PreviewUrls,
+        );
+    }
+    want(
+        matches!(
+            manifest.database.as_ref().map(|d| &d.provider),
+            Some(af_manifest::DatabaseProvider::Container { .. })
+        ),
+        Capability::ContainerDatabase,
+    );
+    wanted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shop_example_names_every_feature_this_runtime_lacks() {
+        let manifest = af_manifest::load(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/shop/af.yaml"),
+        )
+        .unwrap();
+        let wanted = wanted_capabilities(&manifest);
+        for capability in [
+            Capability::Migrations,
+            Capability::CronSchedules,
+            Capability::HealthPaths,
+            Capability::PreviewUrls,
+            Capability::ContainerDatabase,
+        ] {
+            assert!(
+                wanted.contains(&capability),
+                "{capability:?} missing from {wanted:?}"
+            );
+        }
+        let runtime_caps = Capabilities::new("local", [Capability::NetLog]);
+        let err = runtime_caps.require(Capability::Migrations).unwrap_err();
+        assert_eq!(err.code(), af_runtime::RunCode::Unsupported);
+        assert!(
+            err.to_string()
+                .contains("the local runtime does not support migrations"),
+            "{err}"
+        );
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use af_manifest::{EnvValue, EnvironmentId, ImageSource, Service};
+use af_manifest::{EnvValue, EnvironmentId, Service};
 use af_runtime::{RouteFinding, RuntimeErrorKind};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
@@ -88,18 +88,15 @@ pub fn environment(
     Ok(out)
 }
 
+/// Starts instance `index` of `service` from `image` (its `image:`, or the one built from its
+/// `build:` context).
 pub async fn start(
     docker: &Docker,
     at: Placement<'_>,
     service: &Service,
+    image: &str,
     index: u32,
 ) -> Result<Instance, DockerError> {
-    let ImageSource::Image(image) = &service.source else {
-        return Err(platform(
-            format!("starting service {}", service.name),
-            "the local runtime does not build `build:` contexts yet; build the image and name it with `image:`",
-        ));
-    };
     let (holder_role, app_role) = roles(&service.name, index);
     let holder = names::container(at.env, &holder_role);
     one_shot::clear(docker, &holder, at.env).await?;
@@ -211,7 +208,7 @@ pub async fn start(
     one_shot::clear(docker, &app, at.env).await?;
     let resources = &service.resources;
     let body = ContainerCreateBody {
-        image: Some(image.clone()),
+        image: Some(image.to_string()),
         entrypoint: service.command.clone(),
         cmd: service.args.clone(),
         env: Some(environment(service, &sidecar_ip, |name| {

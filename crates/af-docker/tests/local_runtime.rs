@@ -103,3 +103,81 @@ async fn up_status_and_down_of_a_whole_environment() {
         "down leaves no container"
     );
 }
+
+/// A service built from its `build` context (FROM the engine image, which the daemon has), and a
+/// context whose build fails, named in the error.
+#[tokio::test]
+async fn services_are_built_from_their_context_and_a_failed_build_names_the_service() {
+    let docker = af_docker::connect()
+        .await
+        .expect("these tests need the Docker daemon (CI runs one)");
+    let binary = engine_image::locate_binary()
+        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
+    let image = engine_image::ensure(&docker, &binary)
+        .await
+        .expect("the engine image");
+    let dir = std::env::temp_dir().join(format!("af-build-ctx-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("good")).unwrap();
+    std::fs::create_dir_all(dir.join("bad")).unwrap();
+    std::fs::write(
+        dir.join("good/Dockerfile"),
+        format!("FROM {image}\nLABEL built=by-af\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("bad/Dockerfile"),
+        "FROM scratch\nCOPY missing-file /nowhere\n",
+    )
+    .unwrap();
+    let config = "environment: built\npolicy: {}\nlisten: {proxy: 0.0.0.0:8080}\ncontrol: {listen: 127.0.0.1:9901, token: built-token-0123456789}\nlog: {path: /tmp/built/log.jsonl}\n";
+    let manifest = |context: &str| {
+        af_manifest::parse(
+            &format!("name: aftest\nruntime: {{provider: local}}\nservices:\n  built:\n    build: ./{context}\n    args: [serve]\n    port: 8080\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{}\"\n", config.replace('\n', "\\n")),
+            "af.yaml",
+        )
+        .unwrap()
+    };
+    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let progress = Collect(Default::default());
+
+    let good = EnvironmentId::derive("aftest", &format!("build-{}", std::process::id()));
+    let up = runtime
+        .up(
+            &Environment {
+                id: good.clone(),
+                manifest: manifest("good"),
+                manifest_dir: dir.clone(),
+            },
+            &progress,
+        )
+        .await;
+    let down = runtime.down(&good, &progress).await;
+    let report = up.unwrap_or_else(|e| panic!("up: {e}"));
+    down.unwrap();
+    assert_eq!(report.status.services[0].ready, 1);
+
+    let bad = EnvironmentId::derive("aftest", &format!("badbuild-{}", std::process::id()));
+    let failed = runtime
+        .up(
+            &Environment {
+                id: bad.clone(),
+                manifest: manifest("bad"),
+                manifest_dir: dir.clone(),
+            },
+            &progress,
+        )
+        .await;
+    runtime.down(&bad, &progress).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let err = failed.expect_err("a failed build stops up");
+    assert_eq!(err.code(), af_runtime::RunCode::PlatformFailed);
+    assert!(
+        err.to_string()
+            .contains("building the image of service built"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("missing-file"),
+        "the builder's message is passed on: {err}"
+    );
+}

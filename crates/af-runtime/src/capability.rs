@@ -20,6 +20,12 @@ pub enum Capability {
     PreviewUrls,
     /// `database.provider: container`: a database branch running beside the environment.
     ContainerDatabase,
+    /// `migrate`: a command run once before a service starts.
+    Migrations,
+    /// `cron`: services run on a schedule.
+    CronSchedules,
+    /// `health_path`: readiness polled over HTTP.
+    HealthPaths,
     /// Running environments at all (`af up`): a runtime that is not built yet lacks it.
     Environments,
     /// Readiness counts any HTTP answer on `health_path` (the local runtime); without it, only
@@ -41,6 +47,9 @@ impl Capability {
                 "a database branch in a container (database.provider: container)"
             }
             Capability::AnyStatusIsReady => "treating any HTTP status on health_path as ready",
+            Capability::Migrations => "migrations (services.<name>.migrate) yet",
+            Capability::CronSchedules => "cron schedules (services.<name>.cron) yet",
+            Capability::HealthPaths => "readiness over health_path yet",
             Capability::Environments => {
                 "running environments yet (this build of af has only the local runtime)"
             }
