@@ -87,7 +87,11 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
                     manifest: manifest.clone(),
                     manifest_dir: dir.to_path_buf(),
                 };
-                Answer::Status(platform.up(&environment, &progress).await?.status)
+                let report = platform.up(&environment, &progress).await?;
+                if report.unchanged && !json {
+                    eprintln!("nothing changed: the environment was already as the manifest says");
+                }
+                Answer::Status(report.status)
             }
             Verb::Down => {
                 platform.down(&id, &progress).await?;

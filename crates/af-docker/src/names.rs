@@ -13,6 +13,27 @@ pub const ROLE_LABEL: &str = "dev.antifailure.role";
 /// can read the environment back without the manifest.
 pub const SERVICE_LABEL: &str = "dev.antifailure.service";
 pub const REPLICAS_LABEL: &str = "dev.antifailure.replicas";
+/// On application containers: which instance of its service it is.
+pub const INSTANCE_LABEL: &str = "dev.antifailure.instance";
+/// On long-lived containers: a digest of everything they were created from, so a second `up`
+/// keeps what has not changed and replaces what has.
+pub const SPEC_LABEL: &str = "dev.antifailure.spec";
+
+/// The digest of a container's specification parts.
+pub fn spec_digest(parts: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update([0u8]);
+    }
+    hasher
+        .finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
 /// The services' network: `internal`, so it has no route off the host.
 pub fn internal_network(env: &EnvironmentId) -> String {

@@ -63,6 +63,47 @@ pub async fn clear(docker: &Docker, name: &str, env: &EnvironmentId) -> Result<(
     }
 }
 
+/// Whether af's container `name` exists, runs, and was created from `spec` (its spec label). One
+/// with our name that is not ours is refused (AF-RUN-045).
+pub async fn running_with_spec(
+    docker: &Docker,
+    name: &str,
+    env: &EnvironmentId,
+    spec: &str,
+) -> Result<bool, DockerError> {
+    match docker
+        .inspect_container(
+            name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+    {
+        Ok(found) => {
+            let labels = found.config.and_then(|c| c.labels);
+            if !names::is_ours(labels.as_ref(), env) {
+                return Err(DockerError::Runtime(
+                    RuntimeErrorKind::NotOurs {
+                        object_kind: "container".into(),
+                        name: name.to_string(),
+                    }
+                    .into(),
+                ));
+            }
+            let same = labels
+                .as_ref()
+                .and_then(|l| l.get(names::SPEC_LABEL))
+                .map(String::as_str)
+                == Some(spec);
+            let running = found.state.and_then(|s| s.running).unwrap_or(false);
+            Ok(same && running)
+        }
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(false),
+        Err(err) => Err(platform(format!("inspecting container {name}"), err)),
+    }
+}
+
 pub async fn remove(docker: &Docker, name: &str) -> Result<(), DockerError> {
     let options = RemoveContainerOptions {
         force: true,

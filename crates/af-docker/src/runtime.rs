@@ -17,9 +17,9 @@ use bollard::query_parameters::{ListContainersOptions, LogsOptions};
 use futures_util::StreamExt;
 
 use crate::error::{DockerError, platform};
-use crate::names::{REPLICAS_LABEL, SERVICE_LABEL};
+use crate::names::{INSTANCE_LABEL, REPLICAS_LABEL, SERVICE_LABEL};
 use crate::service::{self, Placement};
-use crate::{build, control, engine_image, names, networks, probe, sidecar, teardown};
+use crate::{build, control, engine_image, names, networks, one_shot, probe, sidecar, teardown};
 
 /// How long a service's port may take to open.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(60);
@@ -179,7 +179,8 @@ impl Runtime for LocalRuntime {
             .values()
             .filter_map(|s| s.port.map(|p| (s.name.clone(), p)))
             .collect();
-        let sidecar = Self::step(
+        let changed = std::sync::atomic::AtomicBool::new(false);
+        let (sidecar, sidecar_created) = Self::step(
             progress,
             Step::Sidecar,
             "the egress sidecar",
@@ -194,6 +195,7 @@ impl Runtime for LocalRuntime {
             ),
         )
         .await?;
+        changed.store(sidecar_created, std::sync::atomic::Ordering::Relaxed);
         let placement = Placement {
             env,
             engine_image: &image,
@@ -211,9 +213,10 @@ impl Runtime for LocalRuntime {
             );
             Self::step(progress, Step::Services, &detail, async {
                 for index in 0..service.replicas {
-                    let instance =
+                    let (instance, created) =
                         service::start(docker, placement, service, &images[&service.name], index)
                             .await?;
+                    changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
                     if let Some(port) = service.port {
                         progress.emit(ProgressEvent::Waiting {
                             step: Step::Readiness,
@@ -227,10 +230,29 @@ impl Runtime for LocalRuntime {
             })
             .await?;
         }
+        // Instances the manifest no longer has (a service removed, replicas lowered) go.
+        for stale in self.applications(env).await.map_err(RuntimeError::from)? {
+            let labels = stale.labels.unwrap_or_default();
+            let service = labels.get(SERVICE_LABEL).cloned().unwrap_or_default();
+            let index: u32 = labels
+                .get(INSTANCE_LABEL)
+                .and_then(|i| i.parse().ok())
+                .unwrap_or(u32::MAX);
+            let wanted = manifest.services.get(&service).map_or(0, |s| s.replicas);
+            if index >= wanted {
+                let (holder_role, app_role) = service::roles(&service, index);
+                for role in [app_role, holder_role] {
+                    one_shot::remove(docker, &names::container(env, &role))
+                        .await
+                        .map_err(RuntimeError::from)?;
+                }
+                changed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         let mut status = self.status(env).await?;
         status.containment = Some(containment);
         Ok(UpReport {
-            unchanged: false,
+            unchanged: !changed.load(std::sync::atomic::Ordering::Relaxed),
             status,
         })
     }

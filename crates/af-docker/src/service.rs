@@ -96,15 +96,41 @@ pub async fn start(
     service: &Service,
     image: &str,
     index: u32,
-) -> Result<Instance, DockerError> {
+) -> Result<(Instance, bool), DockerError> {
     let (holder_role, app_role) = roles(&service.name, index);
     let holder = names::container(at.env, &holder_role);
-    one_shot::clear(docker, &holder, at.env).await?;
+    let app = names::container(at.env, &app_role);
     let sidecar_ip = at.sidecar.internal_ip.to_string();
+    let environment = environment(service, &sidecar_ip, |name| std::env::var(name).ok())?;
+    // Everything the instance is made from; unchanged, a second `up` keeps it as it runs.
+    let spec = names::spec_digest(&[
+        image,
+        at.engine_image,
+        at.internal,
+        &sidecar_ip,
+        &format!("{:?} {:?} {:?}", service.command, service.args, environment),
+        &format!("{:?} {:?}", service.resources.cpu, service.resources.memory),
+        &at.subnets.join(","),
+        // The instance carries its service's replica count (status reads it back), so a new
+        // count is a new specification.
+        &service.replicas.to_string(),
+    ]);
+    if one_shot::running_with_spec(docker, &app, at.env, &spec).await?
+        && one_shot::running_with_spec(docker, &holder, at.env, &spec).await?
+    {
+        let ip = sidecar::address_on(docker, &holder, at.internal).await?;
+        return Ok((Instance { holder, app, ip }, false));
+    }
+    one_shot::clear(docker, &app, at.env).await?;
+    one_shot::clear(docker, &holder, at.env).await?;
     let body = ContainerCreateBody {
         image: Some(at.engine_image.to_string()),
         cmd: Some(vec!["hold".to_string()]),
-        labels: Some(names::labels(at.env, &holder_role)),
+        labels: Some({
+            let mut labels = names::labels(at.env, &holder_role);
+            labels.insert(names::SPEC_LABEL.to_string(), spec.clone());
+            labels
+        }),
         host_config: Some(HostConfig {
             network_mode: Some(at.internal.to_string()),
             dns: Some(vec![sidecar_ip.clone()]),
@@ -204,19 +230,17 @@ pub async fn start(
         ));
     }
 
-    let app = names::container(at.env, &app_role);
-    one_shot::clear(docker, &app, at.env).await?;
     let resources = &service.resources;
     let body = ContainerCreateBody {
         image: Some(image.to_string()),
         entrypoint: service.command.clone(),
         cmd: service.args.clone(),
-        env: Some(environment(service, &sidecar_ip, |name| {
-            std::env::var(name).ok()
-        })?),
+        env: Some(environment),
         labels: Some({
             let mut labels = names::labels(at.env, &app_role);
             labels.insert(names::SERVICE_LABEL.to_string(), service.name.clone());
+            labels.insert(names::INSTANCE_LABEL.to_string(), index.to_string());
+            labels.insert(names::SPEC_LABEL.to_string(), spec.clone());
             labels.insert(
                 names::REPLICAS_LABEL.to_string(),
                 service.replicas.to_string(),
@@ -257,7 +281,7 @@ pub async fn start(
         .await
         .map_err(|e| platform(format!("starting container {app}"), e))?;
     let ip = sidecar::address_on(docker, &holder, at.internal).await?;
-    Ok(Instance { holder, app, ip })
+    Ok((Instance { holder, app, ip }, true))
 }
 
 /// Waits until the instance's port accepts a connection from the host, failing fast (with its last

@@ -152,8 +152,15 @@ pub async fn start(
     egress: &str,
     policy: &EgressPolicy,
     webhooks: &[(String, u16)],
-) -> Result<Sidecar, DockerError> {
+) -> Result<(Sidecar, bool), DockerError> {
     let name = names::container(env, "sidecar");
+    let policy_text = serde_json::to_string(policy)
+        .map_err(|e| platform("writing the sidecar configuration", e))?;
+    let webhook_text = format!("{webhooks:?}");
+    let spec = names::spec_digest(&[image, internal, egress, &policy_text, &webhook_text]);
+    if one_shot::running_with_spec(docker, &name, env, &spec).await? {
+        return Ok((find(docker, env).await?, false));
+    }
     one_shot::clear(docker, &name, env).await?;
     let subnet = networks::subnets(docker, internal)
         .await?
@@ -180,7 +187,11 @@ pub async fn start(
             "AF_PROXY_CONFIG_TEXT={}",
             config(env, policy, internal_ip, &token, webhooks)?
         )]),
-        labels: Some(names::labels(env, "sidecar")),
+        labels: Some({
+            let mut labels = names::labels(env, "sidecar");
+            labels.insert(names::SPEC_LABEL.to_string(), spec.clone());
+            labels
+        }),
         host_config: Some(HostConfig {
             network_mode: Some(internal.to_string()),
             cap_drop: Some(vec!["ALL".to_string()]),
@@ -238,12 +249,13 @@ pub async fn start(
         .await
         .map_err(|e| platform(format!("starting container {name}"), e))?;
     let egress_ip = address_on(docker, &name, egress).await?;
-    Ok(Sidecar {
+    let sidecar = Sidecar {
         container: name,
         internal_ip,
         control: format!("{egress_ip}:{CONTROL_PORT}"),
         token,
-    })
+    };
+    Ok((sidecar, true))
 }
 
 /// A container's address on a network.

@@ -1,4 +1,5 @@
-//! CONTAINMENT.md's battery from inside a running service on the local runtime, against the real
+//! CONTAINMENT.md's battery (E1–E9, E11, E15, E16, E20) from inside a running service on the local
+//! runtime, against the real
 //! Docker daemon. Each route is tried from the service's own network namespace (a probe joined to
 //! its holder, exactly the service's rules) and judged at the application layer, beside a positive
 //! control proving the target answers a client that is allowed to reach it. Then the sidecar is
@@ -234,6 +235,42 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
             "{route} from inside a service: {inside:?}"
         );
     }
+
+    // E11: a client that ignores its proxy settings resolves an outside name — through the
+    // service's resolver, which forwards to the sidecar — and connects straight to port 80: it
+    // lands on the sidecar, which decides and records it.
+    let transparent = probe_in(
+        &docker,
+        &a,
+        &image,
+        &web_a,
+        &[
+            ("e11-resolve", "dns:127.0.0.11:53".to_string()),
+            ("e11-connect", format!("http:{}:80", side.internal_ip)),
+        ],
+    )
+    .await;
+    assert_eq!(
+        transparent["e11-resolve"], "escaped",
+        "outside names are answered (by the sidecar): {transparent:?}"
+    );
+    assert_eq!(
+        transparent["e11-connect"], "escaped",
+        "the sidecar answers the direct request itself: {transparent:?}"
+    );
+    let web_ip = sidecar::address_on(&docker, &web_a, &names::internal_network(&a))
+        .await
+        .unwrap();
+    let logged = runtime
+        .net_log(&a, &af_runtime::DecisionQuery::default())
+        .await
+        .unwrap();
+    assert!(
+        logged.iter().any(|r| r.protocol == "http-transparent"
+            && r.client == web_ip
+            && r.verdict == af_runtime::Verdict::Deny),
+        "the direct request was decided and logged: {logged:?}"
+    );
 
     // E20: the sidecar stopped — the environment fails closed.
     docker

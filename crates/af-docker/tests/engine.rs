@@ -185,3 +185,74 @@ async fn down_removes_every_labelled_object_and_nothing_else() {
         .await
         .expect("down on nothing is fine");
 }
+
+/// A container with the name af would give the sidecar, made by someone else: `up` refuses
+/// (AF-RUN-045) and leaves it as it was.
+#[tokio::test]
+async fn a_foreign_container_with_our_name_is_refused_and_left_alone() {
+    let docker = docker().await;
+    let image = engine(&docker).await;
+    let env = EnvironmentId::derive("aftest", &format!("foreignc-{}", std::process::id()));
+    let _cleanup = Teardown(docker.clone(), env.clone());
+    let name = names::container(&env, "sidecar");
+    docker
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(name.clone()),
+                ..Default::default()
+            }),
+            bollard::models::ContainerCreateBody {
+                image: Some(image.clone()),
+                cmd: Some(vec!["hold".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let (internal, egress) = networks::ensure(&docker, &env).await.unwrap();
+    let refused = af_docker::sidecar::start(
+        &docker,
+        &env,
+        &image,
+        &internal,
+        &egress,
+        &Default::default(),
+        &[],
+    )
+    .await
+    .expect_err("someone else's container");
+    let (code_seen, message) = code(refused);
+    assert_eq!(code_seen, RunCode::NotOurs, "{message}");
+    assert!(message.contains(&name), "{message}");
+    assert!(
+        docker
+            .inspect_container(
+                &name,
+                None::<bollard::query_parameters::InspectContainerOptions>
+            )
+            .await
+            .is_ok(),
+        "left untouched"
+    );
+    teardown::down(&docker, &env).await.unwrap();
+    assert!(
+        docker
+            .inspect_container(
+                &name,
+                None::<bollard::query_parameters::InspectContainerOptions>
+            )
+            .await
+            .is_ok(),
+        "down leaves it too"
+    );
+    docker
+        .remove_container(
+            &name,
+            Some(bollard::query_parameters::RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap();
+}

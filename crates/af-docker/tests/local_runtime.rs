@@ -19,6 +19,24 @@ impl ProgressSink for Collect {
     }
 }
 
+/// The ids of the environment's long-lived containers (the probe's come and go).
+async fn container_ids(docker: &bollard::Docker, id: &EnvironmentId) -> Vec<String> {
+    let options = bollard::query_parameters::ListContainersOptions {
+        all: true,
+        filters: Some(af_docker::names::environment_filter(id)),
+        ..Default::default()
+    };
+    let mut ids: Vec<String> = docker
+        .list_containers(Some(options))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
 fn targets() -> Vec<String> {
     [
         ("--public-tcp", "203.0.113.10:443"),
@@ -61,9 +79,31 @@ async fn up_status_and_down_of_a_whole_environment() {
     };
     let report = runtime.up(&environment, &progress).await;
     let status = runtime.status(&id).await;
+    let ids_before = container_ids(&docker, &id).await;
+    // A second `up` of the same manifest changes nothing and says so.
+    let again = runtime.up(&environment, &progress).await;
+    let ids_after = container_ids(&docker, &id).await;
+    // Fewer replicas: the extra instance goes, the other stays.
+    let mut smaller = environment.clone();
+    smaller.manifest.services.get_mut("web").unwrap().replicas = 1;
+    let shrunk = runtime.up(&smaller, &progress).await;
+    let status_after_shrink = runtime.status(&id).await;
     let down = runtime.down(&id, &progress).await;
     let report = report.unwrap_or_else(|e| panic!("up: {e}"));
     down.unwrap();
+    assert!(!report.unchanged, "the first up creates everything");
+    assert!(
+        again.unwrap_or_else(|e| panic!("second up: {e}")).unchanged,
+        "a second up of the same manifest changes nothing"
+    );
+    assert_eq!(ids_before, ids_after, "the same containers keep running");
+    assert!(
+        !shrunk
+            .unwrap_or_else(|e| panic!("shrunk up: {e}"))
+            .unchanged
+    );
+    let after = status_after_shrink.unwrap();
+    assert_eq!((after.services[0].ready, after.services[0].wanted), (1, 1));
 
     let containment = report.status.containment.expect("the probe's verdict");
     assert!(
@@ -92,12 +132,11 @@ async fn up_status_and_down_of_a_whole_environment() {
         })
         .collect();
     assert_eq!(
-        steps,
-        [
-            "Images", "Networks", "Probe", "Sidecar", "Services", "Teardown"
-        ],
+        &steps[..5],
+        ["Images", "Networks", "Probe", "Sidecar", "Services"],
         "the order the guarantee needs"
     );
+    assert_eq!(steps.last().map(String::as_str), Some("Teardown"));
     assert!(
         teardown::containers(&docker, &id).await.unwrap().is_empty(),
         "down leaves no container"
