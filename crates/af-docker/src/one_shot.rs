@@ -22,7 +22,7 @@ pub struct Finished {
 }
 
 /// A one-shot container's definition.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct OneShot {
     pub role: String,
     pub image: String,
@@ -32,6 +32,10 @@ pub struct OneShot {
     /// The one capability a trusted engine step may need (NET_ADMIN for a kernel filter); workload
     /// steps get none.
     pub net_admin: bool,
+    /// Replaces the image's entrypoint (a workload's migration command).
+    pub entrypoint: Option<Vec<String>>,
+    /// `NAME=value` variables.
+    pub env: Vec<String>,
 }
 
 /// Removes a leftover container of this name when it is ours; refuses (AF-RUN-045) when it is not.
@@ -129,7 +133,9 @@ pub async fn run(
     clear(docker, &name, env).await?;
     let body = ContainerCreateBody {
         image: Some(spec.image.clone()),
-        cmd: Some(spec.args.clone()),
+        entrypoint: spec.entrypoint.clone(),
+        cmd: (!spec.args.is_empty() || spec.entrypoint.is_none()).then(|| spec.args.clone()),
+        env: (!spec.env.is_empty()).then(|| spec.env.clone()),
         labels: Some(names::labels(env, &spec.role)),
         // The kernel-filter step runs as root with NET_ADMIN and nothing else; every other step as
         // the image's unprivileged user with no capability at all.

@@ -75,6 +75,7 @@ pub async fn run_in(
         args: refuse,
         network_mode: joined.clone(),
         net_admin: true,
+        ..Default::default()
     };
     let applied = one_shot::run(docker, env, &refusal).await?;
     if applied.exit_code != 0 {
@@ -93,6 +94,7 @@ pub async fn run_in(
         args,
         network_mode: joined,
         net_admin: false,
+        ..Default::default()
     };
     let finished = one_shot::run(docker, env, &spec).await?;
     let line = finished.stdout.lines().last().unwrap_or_default();

@@ -43,6 +43,7 @@ impl LocalRuntime {
                     Capability::NetLog,
                     Capability::Inbox,
                     Capability::WebhookTrigger,
+                    Capability::Migrations,
                 ],
             ),
             probe_targets,
@@ -205,6 +206,24 @@ impl Runtime for LocalRuntime {
             gate_targets: &targets,
         };
         for service in manifest.services_in_start_order() {
+            let image = &images[&service.name];
+            // A service whose instances all run as specified has had its migration; one that is
+            // (re)created gets it first, once.
+            if let Some(command) = &service.migrate
+                && !service::is_current(docker, placement, service, image)
+                    .await
+                    .map_err(RuntimeError::from)?
+            {
+                let detail = format!("{} ({})", service.name, command.join(" "));
+                Self::step(
+                    progress,
+                    Step::Migrations,
+                    &detail,
+                    service::migrate(docker, placement, service, image, command),
+                )
+                .await?;
+                changed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             let detail = format!(
                 "{} ({} instance{})",
                 service.name,

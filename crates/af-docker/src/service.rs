@@ -88,47 +88,51 @@ pub fn environment(
     Ok(out)
 }
 
-/// Starts instance `index` of `service` from `image` (its `image:`, or the one built from its
-/// `build:` context).
-pub async fn start(
-    docker: &Docker,
+/// Everything an instance is made from, as a digest; unchanged, a second `up` keeps the instance as
+/// it runs.
+fn instance_spec(
     at: Placement<'_>,
     service: &Service,
     image: &str,
-    index: u32,
-) -> Result<(Instance, bool), DockerError> {
-    let (holder_role, app_role) = roles(&service.name, index);
-    let holder = names::container(at.env, &holder_role);
-    let app = names::container(at.env, &app_role);
-    let sidecar_ip = at.sidecar.internal_ip.to_string();
-    let environment = environment(service, &sidecar_ip, |name| std::env::var(name).ok())?;
-    // Everything the instance is made from; unchanged, a second `up` keeps it as it runs.
-    let spec = names::spec_digest(&[
+    environment: &[String],
+) -> String {
+    names::spec_digest(&[
         image,
         at.engine_image,
         at.internal,
-        &sidecar_ip,
-        &format!("{:?} {:?} {:?}", service.command, service.args, environment),
+        &at.sidecar.internal_ip.to_string(),
+        &format!(
+            "{:?} {:?} {:?} {:?}",
+            service.command, service.args, service.migrate, environment
+        ),
         &format!("{:?} {:?}", service.resources.cpu, service.resources.memory),
         &at.subnets.join(","),
         // The instance carries its service's replica count (status reads it back), so a new
         // count is a new specification.
         &service.replicas.to_string(),
-    ]);
-    if one_shot::running_with_spec(docker, &app, at.env, &spec).await?
-        && one_shot::running_with_spec(docker, &holder, at.env, &spec).await?
-    {
-        let ip = sidecar::address_on(docker, &holder, at.internal).await?;
-        return Ok((Instance { holder, app, ip }, false));
-    }
-    one_shot::clear(docker, &app, at.env).await?;
-    one_shot::clear(docker, &holder, at.env).await?;
+    ])
+}
+
+/// Makes a pod's network namespace ready for a workload: the holder (on the services' network,
+/// resolving through the sidecar, reachable as `alias`), the refusal rules, and the startup gate.
+/// Returns the `container:<holder>` network mode the workload joins.
+async fn pod(
+    docker: &Docker,
+    at: Placement<'_>,
+    holder: &str,
+    holder_role: &str,
+    alias: Option<&str>,
+    spec: &str,
+) -> Result<String, DockerError> {
+    let holder = holder.to_string();
+    let sidecar_ip = at.sidecar.internal_ip.to_string();
+    let workload = alias.unwrap_or(holder_role);
     let body = ContainerCreateBody {
         image: Some(at.engine_image.to_string()),
         cmd: Some(vec!["hold".to_string()]),
         labels: Some({
             let mut labels = names::labels(at.env, &holder_role);
-            labels.insert(names::SPEC_LABEL.to_string(), spec.clone());
+            labels.insert(names::SPEC_LABEL.to_string(), spec.to_string());
             labels
         }),
         host_config: Some(HostConfig {
@@ -143,7 +147,7 @@ pub async fn start(
             endpoints_config: Some(HashMap::from([(
                 at.internal.to_string(),
                 EndpointSettings {
-                    aliases: Some(vec![service.name.clone()]),
+                    aliases: alias.map(|a| vec![a.to_string()]),
                     ..Default::default()
                 },
             )])),
@@ -183,6 +187,7 @@ pub async fn start(
         args: refuse,
         network_mode: joined.clone(),
         net_admin: true,
+        ..Default::default()
     };
     let applied = one_shot::run(docker, at.env, &refusal).await?;
     if applied.exit_code != 0 {
@@ -210,6 +215,7 @@ pub async fn start(
         args: gate,
         network_mode: joined.clone(),
         net_admin: false,
+        ..Default::default()
     };
     let verdict = one_shot::run(docker, at.env, &gate).await?;
     if verdict.exit_code != 0 {
@@ -219,7 +225,7 @@ pub async fn start(
         return Err(DockerError::Runtime(
             RuntimeErrorKind::ContainmentRefused {
                 findings: vec![RouteFinding {
-                    route: format!("the startup gate of {}", service.name),
+                    route: format!("the startup gate of {workload}"),
                     outcome: reason["reason"]
                         .as_str()
                         .unwrap_or(verdict.stderr.trim())
@@ -229,6 +235,42 @@ pub async fn start(
             .into(),
         ));
     }
+
+    Ok(joined)
+}
+
+/// Starts instance `index` of `service` from `image` (its `image:`, or the one built from its
+/// `build:` context).
+pub async fn start(
+    docker: &Docker,
+    at: Placement<'_>,
+    service: &Service,
+    image: &str,
+    index: u32,
+) -> Result<(Instance, bool), DockerError> {
+    let (holder_role, app_role) = roles(&service.name, index);
+    let holder = names::container(at.env, &holder_role);
+    let app = names::container(at.env, &app_role);
+    let sidecar_ip = at.sidecar.internal_ip.to_string();
+    let environment = environment(service, &sidecar_ip, |name| std::env::var(name).ok())?;
+    let spec = instance_spec(at, service, image, &environment);
+    if one_shot::running_with_spec(docker, &app, at.env, &spec).await?
+        && one_shot::running_with_spec(docker, &holder, at.env, &spec).await?
+    {
+        let ip = sidecar::address_on(docker, &holder, at.internal).await?;
+        return Ok((Instance { holder, app, ip }, false));
+    }
+    one_shot::clear(docker, &app, at.env).await?;
+    one_shot::clear(docker, &holder, at.env).await?;
+    let joined = pod(
+        docker,
+        at,
+        &holder,
+        &holder_role,
+        Some(&service.name),
+        &spec,
+    )
+    .await?;
 
     let resources = &service.resources;
     let body = ContainerCreateBody {
@@ -282,6 +324,81 @@ pub async fn start(
         .map_err(|e| platform(format!("starting container {app}"), e))?;
     let ip = sidecar::address_on(docker, &holder, at.internal).await?;
     Ok((Instance { holder, app, ip }, true))
+}
+
+/// Runs the service's `migrate` command once, to completion, before its instances start: in a pod
+/// of its own under exactly a service's rules (holder, refusal rules, gate). Never retried — a
+/// half-applied migration is worse than a refused one — so a failure stops `up` with the
+/// migration's last lines.
+pub async fn migrate(
+    docker: &Docker,
+    at: Placement<'_>,
+    service: &Service,
+    image: &str,
+    command: &[String],
+) -> Result<(), DockerError> {
+    let holder_role = format!("{}-migrate-holder", service.name);
+    let holder = names::container(at.env, &holder_role);
+    one_shot::clear(docker, &holder, at.env).await?;
+    let sidecar_ip = at.sidecar.internal_ip.to_string();
+    let env = environment(service, &sidecar_ip, |name| std::env::var(name).ok())?;
+    let joined = pod(docker, at, &holder, &holder_role, None, "migration").await?;
+    let spec = OneShot {
+        role: format!("{}-migrate", service.name),
+        image: image.to_string(),
+        network_mode: joined,
+        entrypoint: Some(command.to_vec()),
+        env,
+        ..Default::default()
+    };
+    let finished = one_shot::run(docker, at.env, &spec).await;
+    one_shot::remove(docker, &holder).await?;
+    let finished = finished?;
+    if finished.exit_code != 0 {
+        let output = format!("{}{}", finished.stdout, finished.stderr);
+        let last: Vec<&str> = output
+            .lines()
+            .rev()
+            .take(10)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        return Err(platform(
+            format!("migrating service {}", service.name),
+            format!(
+                "the migration exited with status {}; it is not retried; its last lines:\n  {}",
+                finished.exit_code,
+                last.join("\n  ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether every instance of `service` already runs as specified (so its migration has run).
+pub async fn is_current(
+    docker: &Docker,
+    at: Placement<'_>,
+    service: &Service,
+    image: &str,
+) -> Result<bool, DockerError> {
+    let sidecar_ip = at.sidecar.internal_ip.to_string();
+    let spec = instance_spec(
+        at,
+        service,
+        image,
+        &environment(service, &sidecar_ip, |name| std::env::var(name).ok())?,
+    );
+    for index in 0..service.replicas {
+        let (_, app_role) = roles(&service.name, index);
+        if !one_shot::running_with_spec(docker, &names::container(at.env, &app_role), at.env, &spec)
+            .await?
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Waits until the instance's port accepts a connection from the host, failing fast (with its last

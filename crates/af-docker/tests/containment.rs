@@ -57,6 +57,7 @@ async fn probe_in(
         args,
         network_mode: format!("container:{holder}"),
         net_admin: false,
+        ..Default::default()
     };
     let finished = one_shot::run(docker, env, &spec)
         .await

@@ -220,3 +220,90 @@ async fn services_are_built_from_their_context_and_a_failed_build_names_the_serv
         "the builder's message is passed on: {err}"
     );
 }
+
+/// A migration runs once, before the service's instances, under a service's rules; a second `up`
+/// of the unchanged environment does not run it again; a failing one stops `up` with its last
+/// lines, and the service never starts.
+#[tokio::test]
+async fn migrations_run_once_first_and_a_failure_stops_up() {
+    let docker = af_docker::connect()
+        .await
+        .expect("these tests need the Docker daemon (CI runs one)");
+    let binary = engine_image::locate_binary()
+        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
+    let image = engine_image::ensure(&docker, &binary)
+        .await
+        .expect("the engine image");
+    let config = "environment: m\npolicy: {}\nlisten: {proxy: 0.0.0.0:8080}\ncontrol: {listen: 127.0.0.1:9901, token: m-token-0123456789ab}\nlog: {path: /tmp/m/log.jsonl}\n";
+    let manifest = |migrate: &str| {
+        af_manifest::parse(
+            &format!(
+                "name: aftest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    migrate: {migrate}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{}\"\n",
+                config.replace('\n', "\\n")
+            ),
+            "af.yaml",
+        )
+        .unwrap()
+    };
+    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let migrations = |progress: &Collect| {
+        progress
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    ProgressEvent::StepStarted {
+                        step: af_runtime::Step::Migrations,
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+
+    let good = EnvironmentId::derive("aftest", &format!("migrate-{}", std::process::id()));
+    let environment = Environment {
+        id: good.clone(),
+        manifest: manifest("[/af-proxy, --version]"),
+        manifest_dir: ".".into(),
+    };
+    let first = Collect(Default::default());
+    let up = runtime.up(&environment, &first).await;
+    let second = Collect(Default::default());
+    let again = runtime.up(&environment, &second).await;
+    runtime.down(&good, &first).await.unwrap();
+    up.unwrap_or_else(|e| panic!("up: {e}"));
+    assert!(again.unwrap_or_else(|e| panic!("second up: {e}")).unchanged);
+    assert_eq!(
+        (migrations(&first), migrations(&second)),
+        (1, 0),
+        "once, not again for an unchanged service"
+    );
+
+    let bad = EnvironmentId::derive("aftest", &format!("badmigrate-{}", std::process::id()));
+    let failing = Environment {
+        id: bad.clone(),
+        manifest: manifest("[/af-proxy, no-such-migration]"),
+        manifest_dir: ".".into(),
+    };
+    let failed = runtime.up(&failing, &Collect(Default::default())).await;
+    let status = runtime.status(&bad).await.unwrap();
+    runtime
+        .down(&bad, &Collect(Default::default()))
+        .await
+        .unwrap();
+    let err = failed.expect_err("a failing migration stops up");
+    assert!(err.to_string().contains("migrating service web"), "{err}");
+    assert!(err.to_string().contains("not retried"), "{err}");
+    assert!(
+        err.to_string().contains("no-such-migration"),
+        "its last lines are shown: {err}"
+    );
+    assert!(
+        status.services.is_empty(),
+        "the service never started: {status:?}"
+    );
+}
