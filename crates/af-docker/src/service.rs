@@ -131,7 +131,7 @@ async fn pod(
         image: Some(at.engine_image.to_string()),
         cmd: Some(vec!["hold".to_string()]),
         labels: Some({
-            let mut labels = names::labels(at.env, &holder_role);
+            let mut labels = names::labels(at.env, holder_role);
             labels.insert(names::SPEC_LABEL.to_string(), spec.to_string());
             labels
         }),
