@@ -44,6 +44,8 @@ impl LocalRuntime {
                     Capability::Inbox,
                     Capability::WebhookTrigger,
                     Capability::Migrations,
+                    Capability::HealthPaths,
+                    Capability::AnyStatusIsReady,
                 ],
             ),
             probe_targets,
@@ -242,7 +244,14 @@ impl Runtime for LocalRuntime {
                             on: format!("{} port {port}", instance.app),
                             elapsed: Duration::ZERO,
                         });
-                        service::wait_ready(docker, &instance, port, READINESS_TIMEOUT).await?;
+                        service::wait_ready(
+                            docker,
+                            &instance,
+                            port,
+                            service.health_path.as_deref(),
+                            READINESS_TIMEOUT,
+                        )
+                        .await?;
                     }
                 }
                 Ok(())

@@ -401,23 +401,39 @@ pub async fn is_current(
     Ok(true)
 }
 
+/// Whether `target` is ready: its port accepts a connection, or — with a health path — it answers
+/// an HTTP GET for it with any status. Locally any status counts, including a 500: readiness here
+/// means the process is listening and routing (Kubernetes, which decides readiness itself, counts
+/// only 2xx/3xx; docs/manifest.md says so).
+async fn answers(target: &str, health_path: Option<&str>) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(target).await else {
+        return false;
+    };
+    let Some(path) = health_path else { return true };
+    let request = format!("GET {path} HTTP/1.1\r\nhost: {target}\r\nconnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    matches!(stream.read(&mut head).await, Ok(n) if n >= 5 && head.starts_with(b"HTTP/"))
+}
+
 /// Waits until the instance's port accepts a connection from the host, failing fast (with its last
 /// log lines) when the application exits first.
 pub async fn wait_ready(
     docker: &Docker,
     instance: &Instance,
     port: u16,
+    health_path: Option<&str>,
     timeout: Duration,
 ) -> Result<(), DockerError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let target = format!("{}:{port}", instance.ip);
     loop {
-        if tokio::time::timeout(
-            Duration::from_millis(500),
-            tokio::net::TcpStream::connect(&target),
-        )
-        .await
-        .is_ok_and(|r| r.is_ok())
+        if tokio::time::timeout(Duration::from_millis(1000), answers(&target, health_path))
+            .await
+            .unwrap_or(false)
         {
             return Ok(());
         }

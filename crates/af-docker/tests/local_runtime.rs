@@ -1,5 +1,6 @@
 //! `up`, `status` and `down` of a whole environment against the real Docker daemon: the probe
-//! passes under a service's rules, the sidecar starts, each service instance starts behind its
+//! passes under a service's rules, readiness polls the health path (the service answers it with a
+//! 400, and locally any HTTP status counts), the sidecar starts, each service instance starts behind its
 //! gate and is ready, the applied limits are read back off the containers, and `down` leaves
 //! nothing labelled behind.
 //!
@@ -63,7 +64,7 @@ async fn up_status_and_down_of_a_whole_environment() {
     let service_config = "environment: web\npolicy: {}\nlisten: {proxy: 0.0.0.0:8080}\ncontrol: {listen: 127.0.0.1:9901, token: web-token-0123456789}\nlog: {path: /tmp/web/decisions.jsonl}\n";
     let manifest = af_manifest::parse(
         &format!(
-            "name: aftest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    replicas: 2\n    resources: {{cpu: 250m, memory: 64Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{}\"\n",
+            "name: aftest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    health_path: /healthz\n    replicas: 2\n    resources: {{cpu: 250m, memory: 64Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{}\"\n",
             service_config.replace('\n', "\\n")
         ),
         "af.yaml",
