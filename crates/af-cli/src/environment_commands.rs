@@ -232,6 +232,11 @@ fn print_status(status: &EnvironmentStatus, json: bool) -> anyhow::Result<()> {
             memory
         );
     }
+    for service in &status.services {
+        for url in &service.urls {
+            println!("{}: {url}", service.name);
+        }
+    }
     if let Some(containment) = &status.containment {
         let verdict = if containment.contained {
             "contained"

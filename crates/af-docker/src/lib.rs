@@ -6,6 +6,7 @@ mod build;
 mod control;
 pub mod engine_image;
 pub mod error;
+pub mod ingress;
 pub mod names;
 pub mod networks;
 pub mod one_shot;

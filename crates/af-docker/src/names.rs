@@ -15,6 +15,8 @@ pub const SERVICE_LABEL: &str = "dev.antifailure.service";
 pub const REPLICAS_LABEL: &str = "dev.antifailure.replicas";
 /// On application containers: which instance of its service it is.
 pub const INSTANCE_LABEL: &str = "dev.antifailure.instance";
+/// On ingress containers: the web service whose port they publish.
+pub const INGRESS_LABEL: &str = "dev.antifailure.ingress";
 /// On long-lived containers: a digest of everything they were created from, so a second `up`
 /// keeps what has not changed and replaces what has.
 pub const SPEC_LABEL: &str = "dev.antifailure.spec";

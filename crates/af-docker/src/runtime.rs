@@ -19,7 +19,9 @@ use futures_util::StreamExt;
 use crate::error::{DockerError, platform};
 use crate::names::{INSTANCE_LABEL, REPLICAS_LABEL, SERVICE_LABEL};
 use crate::service::{self, Placement};
-use crate::{build, control, engine_image, names, networks, one_shot, probe, sidecar, teardown};
+use crate::{
+    build, control, engine_image, ingress, names, networks, one_shot, probe, sidecar, teardown,
+};
 
 /// How long a service's port may take to open.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(60);
@@ -233,10 +235,10 @@ impl Runtime for LocalRuntime {
                 if service.replicas == 1 { "" } else { "s" }
             );
             Self::step(progress, Step::Services, &detail, async {
+                let mut addresses = Vec::new();
                 for index in 0..service.replicas {
                     let (instance, created) =
-                        service::start(docker, placement, service, &images[&service.name], index)
-                            .await?;
+                        service::start(docker, placement, service, image, index).await?;
                     changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
                     if let Some(port) = service.port {
                         progress.emit(ProgressEvent::Waiting {
@@ -253,6 +255,25 @@ impl Runtime for LocalRuntime {
                         )
                         .await?;
                     }
+                    addresses.push(instance.ip);
+                }
+                if let (true, Some(port)) = (service.web, service.port) {
+                    let (url, created) = ingress::start(
+                        docker,
+                        env,
+                        placement.engine_image,
+                        &internal,
+                        &egress,
+                        &service.name,
+                        port,
+                        &addresses,
+                    )
+                    .await?;
+                    changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
+                    progress.emit(ProgressEvent::Url {
+                        service: service.name.clone(),
+                        url,
+                    });
                 }
                 Ok(())
             })
@@ -342,6 +363,32 @@ impl Runtime for LocalRuntime {
                     urls: Vec::new(),
                 });
             entry.ready += u32::from(running);
+        }
+        // Each web service's URL, from the port its ingress publishes.
+        let options = ListContainersOptions {
+            all: false,
+            filters: Some(names::environment_filter(id)),
+            ..Default::default()
+        };
+        let running = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| RuntimeError::from(platform("listing containers", e)))?;
+        for ingress_container in running {
+            let labels = ingress_container.labels.unwrap_or_default();
+            let (Some(service), Some(name)) = (
+                labels.get(names::INGRESS_LABEL),
+                ingress_container.names.and_then(|n| n.first().cloned()),
+            ) else {
+                continue;
+            };
+            if let (Some(entry), Ok(url)) = (
+                services.get_mut(service),
+                ingress::published(&self.docker, name.trim_start_matches('/'), None).await,
+            ) {
+                entry.urls.push(url);
+            }
         }
         Ok(EnvironmentStatus {
             id: id.clone(),
@@ -441,10 +488,6 @@ pub fn wanted_capabilities(manifest: &af_manifest::Manifest) -> Vec<Capability> 
         want(service.migrate.is_some(), Capability::Migrations);
         want(service.cron.is_some(), Capability::CronSchedules);
         want(service.health_path.is_some(), Capability::HealthPaths);
-        want(
-            service.web && manifest.runtime.domain.is_some(),
-            Capability::PreviewUrls,
-        );
     }
     want(
         matches!(
@@ -461,7 +504,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_shop_example_names_every_feature_this_runtime_lacks() {
+    fn the_shop_example_names_the_features_it_needs() {
         let manifest = af_manifest::load(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/shop/af.yaml"),
         )
@@ -471,7 +514,6 @@ mod tests {
             Capability::Migrations,
             Capability::CronSchedules,
             Capability::HealthPaths,
-            Capability::PreviewUrls,
             Capability::ContainerDatabase,
         ] {
             assert!(

@@ -64,7 +64,7 @@ async fn up_status_and_down_of_a_whole_environment() {
     let service_config = "environment: web\npolicy: {}\nlisten: {proxy: 0.0.0.0:8080}\ncontrol: {listen: 127.0.0.1:9901, token: web-token-0123456789}\nlog: {path: /tmp/web/decisions.jsonl}\n";
     let manifest = af_manifest::parse(
         &format!(
-            "name: aftest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    health_path: /healthz\n    replicas: 2\n    resources: {{cpu: 250m, memory: 64Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{}\"\n",
+            "name: aftest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    web: true\n    health_path: /healthz\n    replicas: 2\n    resources: {{cpu: 250m, memory: 64Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{}\"\n",
             service_config.replace('\n', "\\n")
         ),
         "af.yaml",
@@ -80,6 +80,29 @@ async fn up_status_and_down_of_a_whole_environment() {
     };
     let report = runtime.up(&environment, &progress).await;
     let status = runtime.status(&id).await;
+    // The web service's URL on 127.0.0.1 reaches it (an HTTP proxy itself, it answers a plain GET
+    // with 400 and says so).
+    let url_answer = match status
+        .as_ref()
+        .ok()
+        .and_then(|s| s.services.first())
+        .and_then(|w| w.urls.first())
+    {
+        Some(url) => {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut stream = tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+                .await
+                .unwrap();
+            stream
+                .write_all(b"GET / HTTP/1.1\r\nhost: preview\r\nconnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.unwrap();
+            answer
+        }
+        None => String::new(),
+    };
     let ids_before = container_ids(&docker, &id).await;
     // A second `up` of the same manifest changes nothing and says so.
     let again = runtime.up(&environment, &progress).await;
@@ -122,6 +145,15 @@ async fn up_status_and_down_of_a_whole_environment() {
         "read off the running container"
     );
     assert_eq!(web.applied_memory_bytes, Some(64 << 20));
+    assert!(
+        web.urls.len() == 1 && web.urls[0].starts_with("http://127.0.0.1:"),
+        "{:?}",
+        web.urls
+    );
+    assert!(
+        url_answer.starts_with("HTTP/1.1 400") && url_answer.contains("this is an HTTP proxy"),
+        "{url_answer}"
+    );
     let steps: Vec<String> = progress
         .0
         .lock()

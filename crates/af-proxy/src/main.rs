@@ -70,6 +70,14 @@ enum Command {
     },
     /// Hold a network namespace open for the containers that join it; exits on SIGTERM.
     Hold,
+    /// Relay TCP connections on LISTEN to the targets in turn: how a service's port reaches the
+    /// host without the service getting a route out.
+    Relay {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long = "to", required = true)]
+        targets: Vec<SocketAddr>,
+    },
     /// Wait until the sidecar answers and every escape route is denied, several rounds in a row.
     Gate {
         /// The sidecar's proxy address.
@@ -171,6 +179,7 @@ fn main() -> ExitCode {
             netlock(af_guard::netlock::apply_refusal(&interface, &subnets))
         }
         Command::Hold => hold(),
+        Command::Relay { listen, targets } => relay(listen, targets),
         Command::Gate {
             sidecar_proxy,
             sidecar_dns,
@@ -211,6 +220,35 @@ fn print_verdict(verdict: &impl serde::Serialize, passed: bool) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Accepts on `listen` and splices each connection to the next target in turn.
+fn relay(listen: SocketAddr, targets: Vec<SocketAddr>) -> ExitCode {
+    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+        return ExitCode::FAILURE;
+    };
+    runtime.block_on(async {
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(listener) => listener,
+            Err(err) => {
+                eprintln!("af-proxy relay: cannot listen on {listen}: {err}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut next = 0usize;
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                continue;
+            };
+            let target = targets[next % targets.len()];
+            next = next.wrapping_add(1);
+            tokio::spawn(async move {
+                if let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+            });
+        }
+    })
 }
 
 /// Sleeps until told to stop: the process that keeps a pod's network namespace alive.

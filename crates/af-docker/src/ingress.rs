@@ -1,0 +1,140 @@
+//! URLs for web services on 127.0.0.1. The services' network is `internal` and cannot publish a
+//! port, so each web service gets an ingress: the engine image relaying its published port to the
+//! service's instances. It is on the egress network (to publish) and the services' network (to
+//! reach them); the services themselves still have no route out.
+
+use std::collections::HashMap;
+
+use af_manifest::EnvironmentId;
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig, NetworkConnectRequest, PortBinding};
+use bollard::query_parameters::CreateContainerOptions;
+
+use crate::error::{DockerError, platform};
+use crate::{names, one_shot};
+
+/// The ingress role of a service.
+pub fn role(service: &str) -> String {
+    format!("{service}-ingress")
+}
+
+/// Starts (or keeps, when unchanged) the ingress of `service`, relaying `port` to `instances`;
+/// returns its URL and whether anything changed.
+pub async fn start(
+    docker: &Docker,
+    env: &EnvironmentId,
+    image: &str,
+    internal: &str,
+    egress: &str,
+    service: &str,
+    port: u16,
+    instances: &[String],
+) -> Result<(String, bool), DockerError> {
+    let name = names::container(env, &role(service));
+    let targets: Vec<String> = instances.iter().map(|ip| format!("{ip}:{port}")).collect();
+    let spec = names::spec_digest(&[
+        image,
+        internal,
+        egress,
+        &port.to_string(),
+        &targets.join(","),
+    ]);
+    if one_shot::running_with_spec(docker, &name, env, &spec).await? {
+        return Ok((url(docker, &name, port).await?, false));
+    }
+    one_shot::clear(docker, &name, env).await?;
+    let mut args = vec![
+        "relay".to_string(),
+        "--listen".to_string(),
+        format!("0.0.0.0:{port}"),
+    ];
+    for target in &targets {
+        args.extend(["--to".to_string(), target.clone()]);
+    }
+    let exposed = format!("{port}/tcp");
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        cmd: Some(args),
+        exposed_ports: Some(vec![exposed.clone()]),
+        labels: Some({
+            let mut labels = names::labels(env, &role(service));
+            labels.insert(names::SPEC_LABEL.to_string(), spec);
+            labels.insert(names::INGRESS_LABEL.to_string(), service.to_string());
+            labels
+        }),
+        host_config: Some(HostConfig {
+            network_mode: Some(egress.to_string()),
+            // Loopback only: a preview for this machine, not a service for the network.
+            port_bindings: Some(HashMap::from([(
+                exposed,
+                Some(vec![PortBinding {
+                    host_ip: Some("127.0.0.1".into()),
+                    host_port: Some(String::new()),
+                }]),
+            )])),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            readonly_rootfs: Some(true),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    docker
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(name.clone()),
+                ..Default::default()
+            }),
+            body,
+        )
+        .await
+        .map_err(|e| platform(format!("creating container {name}"), e))?;
+    docker
+        .connect_network(
+            internal,
+            NetworkConnectRequest {
+                container: name.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| platform(format!("attaching {name} to {internal}"), e))?;
+    docker
+        .start_container(
+            &name,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(|e| platform(format!("starting container {name}"), e))?;
+    Ok((url(docker, &name, port).await?, true))
+}
+
+/// The URL an ingress publishes for `port`.
+pub async fn url(docker: &Docker, name: &str, port: u16) -> Result<String, DockerError> {
+    published(docker, name, Some(port)).await
+}
+
+/// The URL an ingress publishes: for `port`, or the first it publishes.
+pub async fn published(
+    docker: &Docker,
+    name: &str,
+    port: Option<u16>,
+) -> Result<String, DockerError> {
+    let found = docker
+        .inspect_container(
+            name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .map_err(|e| platform(format!("inspecting container {name}"), e))?;
+    let host_port = found
+        .network_settings
+        .and_then(|n| n.ports)
+        .and_then(|mut ports| match port {
+            Some(port) => ports.remove(&format!("{port}/tcp")).flatten(),
+            None => ports.into_values().flatten().next(),
+        })
+        .and_then(|bindings| bindings.into_iter().find_map(|b| b.host_port))
+        .ok_or_else(|| platform(format!("reading the published port of {name}"), "none"))?;
+    Ok(format!("http://127.0.0.1:{host_port}"))
+}
