@@ -5,12 +5,12 @@
 
 use std::collections::HashMap;
 
-use af_manifest::EnvironmentId;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, NetworkConnectRequest, PortBinding};
 use bollard::query_parameters::CreateContainerOptions;
 
 use crate::error::{DockerError, platform};
+use crate::service::Placement;
 use crate::{names, one_shot};
 
 /// The ingress role of a service.
@@ -22,14 +22,13 @@ pub fn role(service: &str) -> String {
 /// returns its URL and whether anything changed.
 pub async fn start(
     docker: &Docker,
-    env: &EnvironmentId,
-    image: &str,
-    internal: &str,
+    at: Placement<'_>,
     egress: &str,
     service: &str,
     port: u16,
     instances: &[String],
 ) -> Result<(String, bool), DockerError> {
+    let (env, image, internal) = (at.env, at.engine_image, at.internal);
     let name = names::container(env, &role(service));
     let targets: Vec<String> = instances.iter().map(|ip| format!("{ip}:{port}")).collect();
     let spec = names::spec_digest(&[

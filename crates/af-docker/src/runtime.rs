@@ -258,17 +258,9 @@ impl Runtime for LocalRuntime {
                     addresses.push(instance.ip);
                 }
                 if let (true, Some(port)) = (service.web, service.port) {
-                    let (url, created) = ingress::start(
-                        docker,
-                        env,
-                        placement.engine_image,
-                        &internal,
-                        &egress,
-                        &service.name,
-                        port,
-                        &addresses,
-                    )
-                    .await?;
+                    let (url, created) =
+                        ingress::start(docker, placement, &egress, &service.name, port, &addresses)
+                            .await?;
                     changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
                     progress.emit(ProgressEvent::Url {
                         service: service.name.clone(),
