@@ -52,6 +52,8 @@ pub enum Command {
     Down(EnvArgs),
     /// Each service's instances ready/wanted and applied limits, read off what is running.
     Status(EnvArgs),
+    /// A service's log lines, from every instance; `--follow` keeps them coming.
+    Logs(LogsArgs),
     /// The sidecar's records of what left, or tried to.
     Net {
         #[command(subcommand)]
@@ -137,4 +139,13 @@ pub struct WebhookArgs {
     /// A header, `Name: value` (repeat for several).
     #[arg(long = "header")]
     pub headers: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    #[command(flatten)]
+    pub env: EnvArgs,
+    pub service: String,
+    #[arg(long, short)]
+    pub follow: bool,
 }

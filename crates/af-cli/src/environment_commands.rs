@@ -48,6 +48,7 @@ pub enum Verb {
     NetLog(DecisionQuery),
     Inbox(Option<String>),
     Webhook(WebhookRequest),
+    Logs { service: String, follow: bool },
 }
 
 /// What a verb answers with.
@@ -57,6 +58,8 @@ enum Answer {
     Decisions(Vec<DecisionRecord>),
     Inbox(Vec<InboxEntry>),
     Delivery(WebhookDelivery),
+    /// Already printed as it came.
+    Printed,
 }
 
 pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyhow::Result<Exit> {
@@ -108,6 +111,19 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
             }
             Verb::Webhook(request) => {
                 Answer::Delivery(platform.trigger_webhook(&id, &request).await?)
+            }
+            Verb::Logs { service, follow } => {
+                use futures_util::StreamExt;
+                let mut lines = platform.logs(&id, &service, follow).await?;
+                while let Some(line) = lines.next().await {
+                    let line = line?;
+                    if json {
+                        println!("{}", serde_json::to_string(&line).unwrap_or_default());
+                    } else {
+                        println!("{} | {}", line.instance, line.line);
+                    }
+                }
+                Answer::Printed
             }
         })
     });
@@ -177,6 +193,7 @@ fn print_answer(id: &EnvironmentId, answer: Answer, json: bool) -> anyhow::Resul
         }
         Answer::Delivery(delivery) if json => println!("{}", serde_json::to_string(&delivery)?),
         Answer::Delivery(delivery) => println!("{}\n{}", delivery.status, delivery.body),
+        Answer::Printed => {}
     }
     Ok(())
 }

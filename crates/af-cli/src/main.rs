@@ -59,6 +59,15 @@ fn main() -> ExitCode {
                 cli.global.json,
             )
         }
+        Command::Logs(args) => environment_commands::run(
+            environment_commands::Verb::Logs {
+                service: args.service.clone(),
+                follow: args.follow,
+            },
+            &args.env,
+            &cli.global.manifest,
+            cli.global.json,
+        ),
         Command::Inbox(args) => environment_commands::run(
             environment_commands::Verb::Inbox(args.id.clone()),
             &args.env,

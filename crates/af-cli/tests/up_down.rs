@@ -52,6 +52,7 @@ fn up_status_down() {
         &["--json", "net", "log", "--env", &env, "--verdict", "allow"],
     );
     let inbox = af(&dir, &["--json", "inbox", "--env", &env]);
+    let logs = af(&dir, &["logs", "web", "--env", &env]);
     let down = af(&dir, &["down", "--env", &env]);
     let after = af(&dir, &["--json", "status", "--env", &env]);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -100,6 +101,12 @@ fn up_status_down() {
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&inbox.stdout).unwrap(),
         serde_json::json!([])
+    );
+    assert_eq!(logs.status.code(), Some(0), "{}", text(&logs));
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("sidecar serving"),
+        "the service's own lines: {}",
+        text(&logs)
     );
     assert_eq!(down.status.code(), Some(0), "{}", text(&down));
     let after: serde_json::Value = serde_json::from_slice(&after.stdout).unwrap();
