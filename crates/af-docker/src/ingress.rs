@@ -6,8 +6,7 @@
 use std::collections::HashMap;
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig, NetworkConnectRequest, PortBinding};
-use bollard::query_parameters::CreateContainerOptions;
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 
 use crate::error::{DockerError, platform};
 use crate::service::Placement;
@@ -78,33 +77,7 @@ pub async fn start(
         }),
         ..Default::default()
     };
-    docker
-        .create_container(
-            Some(CreateContainerOptions {
-                name: Some(name.clone()),
-                ..Default::default()
-            }),
-            body,
-        )
-        .await
-        .map_err(|e| platform(format!("creating container {name}"), e))?;
-    docker
-        .connect_network(
-            internal,
-            NetworkConnectRequest {
-                container: name.clone(),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| platform(format!("attaching {name} to {internal}"), e))?;
-    docker
-        .start_container(
-            &name,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-        .map_err(|e| platform(format!("starting container {name}"), e))?;
+    one_shot::create_and_start(docker, &name, body, &[internal]).await?;
     Ok((url(docker, &name, port).await?, true))
 }
 

@@ -6,7 +6,7 @@ use af_manifest::EnvironmentId;
 use af_runtime::RuntimeErrorKind;
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, ContainerInspectResponse, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, LogsOptions, RemoveContainerOptions};
 use futures_util::StreamExt;
 
@@ -38,8 +38,13 @@ pub struct OneShot {
     pub env: Vec<String>,
 }
 
-/// Removes a leftover container of this name when it is ours; refuses (AF-RUN-045) when it is not.
-pub async fn clear(docker: &Docker, name: &str, env: &EnvironmentId) -> Result<(), DockerError> {
+/// af's container `name` of `env` as the daemon reports it, `None` when there is none; one with
+/// our name that is not ours is refused (AF-RUN-045), never touched.
+async fn inspect_ours(
+    docker: &Docker,
+    name: &str,
+    env: &EnvironmentId,
+) -> Result<Option<ContainerInspectResponse>, DockerError> {
     match docker
         .inspect_container(
             name,
@@ -48,8 +53,7 @@ pub async fn clear(docker: &Docker, name: &str, env: &EnvironmentId) -> Result<(
         .await
     {
         Ok(found) => {
-            let labels = found.config.and_then(|c| c.labels);
-            if !names::is_ours(labels.as_ref(), env) {
+            if !names::is_ours(found.config.as_ref().and_then(|c| c.labels.as_ref()), env) {
                 return Err(DockerError::Runtime(
                     RuntimeErrorKind::NotOurs {
                         object_kind: "container".into(),
@@ -58,12 +62,20 @@ pub async fn clear(docker: &Docker, name: &str, env: &EnvironmentId) -> Result<(
                     .into(),
                 ));
             }
-            remove(docker, name).await
+            Ok(Some(found))
         }
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
-        }) => Ok(()),
+        }) => Ok(None),
         Err(err) => Err(platform(format!("inspecting container {name}"), err)),
+    }
+}
+
+/// Removes a leftover container of this name when it is ours; refuses (AF-RUN-045) when it is not.
+pub async fn clear(docker: &Docker, name: &str, env: &EnvironmentId) -> Result<(), DockerError> {
+    match inspect_ours(docker, name, env).await? {
+        Some(_) => remove(docker, name).await,
+        None => Ok(()),
     }
 }
 
@@ -75,37 +87,52 @@ pub async fn running_with_spec(
     env: &EnvironmentId,
     spec: &str,
 ) -> Result<bool, DockerError> {
-    match docker
-        .inspect_container(
+    Ok(inspect_ours(docker, name, env).await?.is_some_and(|found| {
+        let same = found
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(names::SPEC_LABEL))
+            .map(String::as_str)
+            == Some(spec);
+        same && found.state.and_then(|s| s.running).unwrap_or(false)
+    }))
+}
+
+/// Creates container `name` from `body`, attaches it to `also_on` networks, and starts it.
+pub async fn create_and_start(
+    docker: &Docker,
+    name: &str,
+    body: ContainerCreateBody,
+    also_on: &[&str],
+) -> Result<(), DockerError> {
+    let options = CreateContainerOptions {
+        name: Some(name.to_string()),
+        ..Default::default()
+    };
+    docker
+        .create_container(Some(options), body)
+        .await
+        .map_err(|e| platform(format!("creating container {name}"), e))?;
+    for network in also_on {
+        docker
+            .connect_network(
+                network,
+                bollard::models::NetworkConnectRequest {
+                    container: name.to_string(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| platform(format!("attaching {name} to {network}"), e))?;
+    }
+    docker
+        .start_container(
             name,
-            None::<bollard::query_parameters::InspectContainerOptions>,
+            None::<bollard::query_parameters::StartContainerOptions>,
         )
         .await
-    {
-        Ok(found) => {
-            let labels = found.config.and_then(|c| c.labels);
-            if !names::is_ours(labels.as_ref(), env) {
-                return Err(DockerError::Runtime(
-                    RuntimeErrorKind::NotOurs {
-                        object_kind: "container".into(),
-                        name: name.to_string(),
-                    }
-                    .into(),
-                ));
-            }
-            let same = labels
-                .as_ref()
-                .and_then(|l| l.get(names::SPEC_LABEL))
-                .map(String::as_str)
-                == Some(spec);
-            let running = found.state.and_then(|s| s.running).unwrap_or(false);
-            Ok(same && running)
-        }
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => Ok(false),
-        Err(err) => Err(platform(format!("inspecting container {name}"), err)),
-    }
+        .map_err(|e| platform(format!("starting container {name}"), e))
 }
 
 pub async fn remove(docker: &Docker, name: &str) -> Result<(), DockerError> {
@@ -150,27 +177,16 @@ pub async fn run(
         }),
         ..Default::default()
     };
-    let options = CreateContainerOptions {
-        name: Some(name.clone()),
-        ..Default::default()
+    let result = match create_and_start(docker, &name, body, &[]).await {
+        Ok(()) => collect(docker, &name).await,
+        Err(err) => Err(err),
     };
-    docker
-        .create_container(Some(options), body)
-        .await
-        .map_err(|e| platform(format!("creating container {name}"), e))?;
-    let result = start_and_collect(docker, &name).await;
     remove(docker, &name).await?;
     result
 }
 
-async fn start_and_collect(docker: &Docker, name: &str) -> Result<Finished, DockerError> {
-    docker
-        .start_container(
-            name,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-        .map_err(|e| platform(format!("starting container {name}"), e))?;
+/// Waits for a started one-shot to finish and reads what it printed.
+async fn collect(docker: &Docker, name: &str) -> Result<Finished, DockerError> {
     let exit_code = match docker
         .wait_container(
             name,
@@ -238,20 +254,6 @@ pub async fn start_holder(
         }),
         ..Default::default()
     };
-    let options = CreateContainerOptions {
-        name: Some(name.clone()),
-        ..Default::default()
-    };
-    docker
-        .create_container(Some(options), body)
-        .await
-        .map_err(|e| platform(format!("creating container {name}"), e))?;
-    docker
-        .start_container(
-            &name,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-        .map_err(|e| platform(format!("starting container {name}"), e))?;
+    create_and_start(docker, &name, body, &[]).await?;
     Ok(name)
 }

@@ -9,7 +9,6 @@ use af_manifest::{EnvValue, EnvironmentId, Service};
 use af_runtime::{RouteFinding, RuntimeErrorKind};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
-use bollard::query_parameters::CreateContainerOptions;
 
 use crate::error::{DockerError, platform};
 use crate::one_shot::{self, OneShot};
@@ -154,23 +153,7 @@ async fn pod(
         }),
         ..Default::default()
     };
-    docker
-        .create_container(
-            Some(CreateContainerOptions {
-                name: Some(holder.clone()),
-                ..Default::default()
-            }),
-            body,
-        )
-        .await
-        .map_err(|e| platform(format!("creating container {holder}"), e))?;
-    docker
-        .start_container(
-            &holder,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-        .map_err(|e| platform(format!("starting container {holder}"), e))?;
+    one_shot::create_and_start(docker, &holder, body, &[]).await?;
     let joined = format!("container:{holder}");
 
     let mut refuse = vec![
@@ -305,23 +288,7 @@ pub async fn start(
         }),
         ..Default::default()
     };
-    docker
-        .create_container(
-            Some(CreateContainerOptions {
-                name: Some(app.clone()),
-                ..Default::default()
-            }),
-            body,
-        )
-        .await
-        .map_err(|e| platform(format!("creating container {app} from {image}"), e))?;
-    docker
-        .start_container(
-            &app,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-        .map_err(|e| platform(format!("starting container {app}"), e))?;
+    one_shot::create_and_start(docker, &app, body, &[]).await?;
     let ip = sidecar::address_on(docker, &holder, at.internal).await?;
     Ok((Instance { holder, app, ip }, true))
 }

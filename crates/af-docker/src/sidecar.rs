@@ -8,10 +8,8 @@ use std::net::Ipv4Addr;
 use af_manifest::{EgressPolicy, EnvironmentId};
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest,
-    NetworkingConfig,
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkingConfig,
 };
-use bollard::query_parameters::CreateContainerOptions;
 
 use crate::error::{DockerError, platform};
 use crate::{names, networks, one_shot};
@@ -223,31 +221,7 @@ pub async fn start(
         }),
         ..Default::default()
     };
-    let options = CreateContainerOptions {
-        name: Some(name.clone()),
-        ..Default::default()
-    };
-    docker
-        .create_container(Some(options), body)
-        .await
-        .map_err(|e| platform(format!("creating container {name}"), e))?;
-    docker
-        .connect_network(
-            egress,
-            NetworkConnectRequest {
-                container: name.clone(),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| platform(format!("attaching {name} to {egress}"), e))?;
-    docker
-        .start_container(
-            &name,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-        .map_err(|e| platform(format!("starting container {name}"), e))?;
+    one_shot::create_and_start(docker, &name, body, &[egress]).await?;
     let egress_ip = address_on(docker, &name, egress).await?;
     let sidecar = Sidecar {
         container: name,
