@@ -12,6 +12,7 @@ pub mod networks;
 pub mod one_shot;
 pub mod probe;
 pub mod runtime;
+pub mod schedule;
 pub mod service;
 pub mod sidecar;
 pub mod teardown;

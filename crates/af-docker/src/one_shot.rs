@@ -36,6 +36,10 @@ pub struct OneShot {
     pub entrypoint: Option<Vec<String>>,
     /// `NAME=value` variables.
     pub env: Vec<String>,
+    /// Run as this user instead of the image's (the NET_ADMIN step runs as root regardless).
+    pub user: Option<String>,
+    /// `volume:path[:ro]` mounts.
+    pub binds: Vec<String>,
 }
 
 /// af's container `name` of `env` as the daemon reports it, `None` when there is none; one with
@@ -166,11 +170,16 @@ pub async fn run(
         labels: Some(names::labels(env, &spec.role)),
         // The kernel-filter step runs as root with NET_ADMIN and nothing else; every other step as
         // the image's unprivileged user with no capability at all.
-        user: spec.net_admin.then(|| "0".to_string()),
+        user: if spec.net_admin {
+            Some("0".to_string())
+        } else {
+            spec.user.clone()
+        },
         host_config: Some(HostConfig {
             network_mode: Some(spec.network_mode.clone()),
             cap_drop: Some(vec!["ALL".to_string()]),
             cap_add: spec.net_admin.then(|| vec!["NET_ADMIN".to_string()]),
+            binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
             readonly_rootfs: Some(true),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             ..Default::default()

@@ -48,6 +48,7 @@ impl LocalRuntime {
                     Capability::Migrations,
                     Capability::HealthPaths,
                     Capability::AnyStatusIsReady,
+                    Capability::CronSchedules,
                 ],
             ),
             probe_targets,

@@ -13,7 +13,7 @@ use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, Network
 use crate::error::{DockerError, platform};
 use crate::one_shot::{self, OneShot};
 use crate::sidecar::{DNS_PORT, PROXY_PORT, Sidecar};
-use crate::{names, sidecar};
+use crate::{names, schedule, sidecar};
 
 /// A running instance.
 #[derive(Clone, Debug)]
@@ -101,8 +101,12 @@ fn instance_spec(
         at.internal,
         &at.sidecar.internal_ip.to_string(),
         &format!(
-            "{:?} {:?} {:?} {:?}",
-            service.command, service.args, service.migrate, environment
+            "{:?} {:?} {:?} {:?} {:?}",
+            service.command,
+            service.args,
+            service.migrate,
+            service.cron.as_ref().map(|c| c.as_str()),
+            environment
         ),
         &format!("{:?} {:?}", service.resources.cpu, service.resources.memory),
         &at.subnets.join(","),
@@ -256,10 +260,40 @@ pub async fn start(
     .await?;
 
     let resources = &service.resources;
+    // A scheduled service runs the engine's scheduler around its own command.
+    let (entrypoint, cmd, volume) = match &service.cron {
+        Some(schedule) => {
+            let volume = schedule::ensure_engine_volume(docker, at.env, at.engine_image).await?;
+            let command = schedule::command_of(docker, service, image).await?;
+            (
+                Some(schedule::entrypoint(schedule, command)),
+                Some(Vec::new()),
+                Some(volume),
+            )
+        }
+        None => (service.command.clone(), service.args.clone(), None),
+    };
+    let mut host_config = HostConfig {
+        network_mode: Some(joined),
+        cap_drop: Some(vec!["ALL".to_string()]),
+        security_opt: Some(vec!["no-new-privileges".to_string()]),
+        nano_cpus: resources
+            .cpu
+            .as_ref()
+            .map(|q| i64::try_from(q.milli_value() * 1_000_000).unwrap_or(i64::MAX)),
+        memory: resources
+            .memory
+            .as_ref()
+            .map(|q| i64::try_from(q.value_rounded_up()).unwrap_or(i64::MAX)),
+        ..Default::default()
+    };
+    if let Some(volume) = &volume {
+        schedule::mount(volume, &mut host_config);
+    }
     let body = ContainerCreateBody {
         image: Some(image.to_string()),
-        entrypoint: service.command.clone(),
-        cmd: service.args.clone(),
+        entrypoint,
+        cmd,
         env: Some(environment),
         labels: Some({
             let mut labels = names::labels(at.env, &app_role);
@@ -272,20 +306,7 @@ pub async fn start(
             );
             labels
         }),
-        host_config: Some(HostConfig {
-            network_mode: Some(joined),
-            cap_drop: Some(vec!["ALL".to_string()]),
-            security_opt: Some(vec!["no-new-privileges".to_string()]),
-            nano_cpus: resources
-                .cpu
-                .as_ref()
-                .map(|q| i64::try_from(q.milli_value() * 1_000_000).unwrap_or(i64::MAX)),
-            memory: resources
-                .memory
-                .as_ref()
-                .map(|q| i64::try_from(q.value_rounded_up()).unwrap_or(i64::MAX)),
-            ..Default::default()
-        }),
+        host_config: Some(host_config),
         ..Default::default()
     };
     one_shot::create_and_start(docker, &app, body, &[]).await?;

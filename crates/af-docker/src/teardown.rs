@@ -1,4 +1,4 @@
-//! `down`: remove exactly what carries the environment's label — containers, then networks — and
+//! `down`: remove exactly what carries the environment's label — containers, networks, volumes — and
 //! wait until it is gone. An object with our name and without our label is refused (AF-RUN-045)
 //! and left as it is.
 
@@ -30,6 +30,24 @@ pub async fn containers(docker: &Docker, env: &EnvironmentId) -> Result<Vec<Stri
         .collect())
 }
 
+/// Volumes of `env`, by name.
+pub async fn volumes(docker: &Docker, env: &EnvironmentId) -> Result<Vec<String>, DockerError> {
+    let options = bollard::query_parameters::ListVolumesOptions {
+        filters: Some(names::environment_filter(env)),
+    };
+    let found = docker
+        .list_volumes(Some(options))
+        .await
+        .map_err(|e| platform("listing volumes", e))?;
+    Ok(found
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| names::is_ours(Some(&v.labels), env))
+        .map(|v| v.name)
+        .collect())
+}
+
 pub async fn down(docker: &Docker, env: &EnvironmentId) -> Result<(), DockerError> {
     // Refuse first, before removing anything: a foreign network with our name means this id
     // collides with someone else's objects.
@@ -48,7 +66,18 @@ pub async fn down(docker: &Docker, env: &EnvironmentId) -> Result<(), DockerErro
             Err(err) => return Err(platform(format!("removing network {name}"), err)),
         }
     }
-    if !containers(docker, env).await?.is_empty() || !networks::list(docker, env).await?.is_empty()
+    for volume in volumes(docker, env).await? {
+        docker
+            .remove_volume(
+                &volume,
+                None::<bollard::query_parameters::RemoveVolumeOptions>,
+            )
+            .await
+            .map_err(|e| platform(format!("removing volume {volume}"), e))?;
+    }
+    if !containers(docker, env).await?.is_empty()
+        || !networks::list(docker, env).await?.is_empty()
+        || !volumes(docker, env).await?.is_empty()
     {
         return Err(platform(
             "removing the environment",

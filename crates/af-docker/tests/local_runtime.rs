@@ -340,3 +340,74 @@ async fn migrations_run_once_first_and_a_failure_stops_up() {
         "the service never started: {status:?}"
     );
 }
+
+/// A scheduled service runs its command on its schedule, inside its own container (the engine's
+/// scheduler from a read-only volume wraps the service's command); `down` removes the volume too.
+/// The schedule is every minute, so this waits for the next minute to begin.
+#[tokio::test]
+async fn a_cron_service_runs_on_its_schedule_and_down_removes_its_volume() {
+    let docker = af_docker::connect()
+        .await
+        .expect("these tests need the Docker daemon (CI runs one)");
+    let binary = engine_image::locate_binary()
+        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
+    let image = engine_image::ensure(&docker, &binary)
+        .await
+        .expect("the engine image");
+    let manifest = af_manifest::parse(
+        &format!("name: aftest\nruntime: {{provider: local}}\nservices:\n  report:\n    image: {image}\n    command: [/af-proxy, --version]\n    cron: \"* * * * *\"\n"),
+        "af.yaml",
+    )
+    .unwrap();
+    let id = EnvironmentId::derive("aftest", &format!("cron-{}", std::process::id()));
+    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let progress = Collect(Default::default());
+    let up = runtime
+        .up(
+            &Environment {
+                id: id.clone(),
+                manifest,
+                manifest_dir: ".".into(),
+            },
+            &progress,
+        )
+        .await;
+    let mut seen = String::new();
+    if up.is_ok() {
+        use futures_util::StreamExt;
+        let mut logs = runtime.logs(&id, "report", true).await.unwrap();
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(75), async {
+            while let Some(Ok(line)) = logs.next().await {
+                seen.push_str(&line.line);
+                seen.push('\n');
+                if line.line.contains("the run ended") {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "no scheduled run within 75 s: {seen}");
+    }
+    runtime.down(&id, &progress).await.unwrap();
+    up.unwrap_or_else(|e| panic!("up: {e}"));
+    assert!(
+        seen.contains("af-proxy cron: running /af-proxy --version"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("af-proxy 0.1.0"),
+        "the job's own output: {seen}"
+    );
+    let volumes = docker
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+            filters: Some(af_docker::names::environment_filter(&id)),
+        }))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default();
+    assert!(
+        volumes.is_empty(),
+        "down removes the engine volume: {volumes:?}"
+    );
+}

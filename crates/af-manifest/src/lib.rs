@@ -25,7 +25,7 @@ mod tree;
 
 use std::path::Path;
 
-pub use cron::CronSchedule;
+pub use cron::{CronSchedule, parse_cron};
 pub use decode::{DEFAULT_DATABASE_IMAGE, MAX_MANIFEST_NAME_LEN, MAX_SERVICE_NAME_LEN};
 pub use dependencies::find_cycles;
 pub use diagnostic::{InvalidManifest, Location, ManifestCode, Problem};

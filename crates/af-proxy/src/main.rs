@@ -6,11 +6,16 @@
 //! - `refuse-outside`: make a silently-dropping platform network refuse visibly, in a service's
 //!   namespace.
 //! - `hold`: keep a pod's network namespace open.
+//! - `relay`: publish a web service's port to the host through an ingress.
+//! - `cron`, `install`: run a scheduled service's command on its schedule, from a copy of this
+//!   binary.
 //! - `gate`: before a workload starts, prove the sidecar answers and every escape route is denied.
 //! - `probe`: try every escape route once; the per-environment containment check.
 //!
 //! `gate` and `probe` print one JSON verdict line on standard output and exit 0 only when every
 //! route was seen denied.
+
+mod cron;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -70,6 +75,18 @@ enum Command {
     },
     /// Hold a network namespace open for the containers that join it; exits on SIGTERM.
     Hold,
+    /// Run COMMAND at every minute SCHEDULE names (five-field cron, UTC), one run at a time.
+    Cron {
+        #[arg(long)]
+        schedule: String,
+        #[arg(required = true, last = true)]
+        command: Vec<String>,
+    },
+    /// Copy this binary to PATH (for a scheduled service, whose image does not carry it).
+    Install {
+        #[arg(long)]
+        to: PathBuf,
+    },
     /// Relay TCP connections on LISTEN to the targets in turn: how a service's port reaches the
     /// host without the service getting a route out.
     Relay {
@@ -179,6 +196,23 @@ fn main() -> ExitCode {
             netlock(af_guard::netlock::apply_refusal(&interface, &subnets))
         }
         Command::Hold => hold(),
+        Command::Cron { schedule, command } => match af_manifest::parse_cron(&schedule) {
+            Ok(schedule) => cron::run(&schedule, &command),
+            Err(why) => {
+                eprintln!("af-proxy cron: {schedule:?} is not a schedule: {why}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Install { to } => {
+            let copied = std::env::current_exe().and_then(|me| std::fs::copy(me, &to));
+            match copied {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("af-proxy install: cannot copy to {}: {err}", to.display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Relay { listen, targets } => relay(listen, targets),
         Command::Gate {
             sidecar_proxy,
