@@ -109,6 +109,9 @@ pub struct NetLogArgs {
     /// Only decisions at or after this RFC 3339 time.
     #[arg(long)]
     pub since: Option<String>,
+    /// Keep printing decisions as they are made (until interrupted).
+    #[arg(long, short)]
+    pub follow: bool,
 }
 
 #[derive(Debug, Args)]

@@ -45,7 +45,7 @@ pub enum Verb {
     Up,
     Down,
     Status,
-    NetLog(DecisionQuery),
+    NetLog(DecisionQuery, bool),
     Inbox(Option<String>),
     Webhook(WebhookRequest),
     Logs { service: String, follow: bool },
@@ -101,7 +101,11 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
                 Answer::Removed
             }
             Verb::Status => Answer::Status(platform.status(&id).await?),
-            Verb::NetLog(query) => Answer::Decisions(platform.net_log(&id, &query).await?),
+            Verb::NetLog(query, false) => Answer::Decisions(platform.net_log(&id, &query).await?),
+            Verb::NetLog(query, true) => {
+                follow_decisions(platform.as_ref(), &id, query, json).await?;
+                Answer::Printed
+            }
             Verb::Inbox(wanted) => {
                 let entries = platform.inbox(&id).await?;
                 Answer::Inbox(match wanted {
@@ -139,29 +143,57 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
     }
 }
 
+/// Prints the matching decisions, then each new one as it is made: asks again every second for
+/// what came at or after the last one printed, and skips what it has printed already.
+async fn follow_decisions(
+    platform: &dyn Runtime,
+    id: &EnvironmentId,
+    mut query: DecisionQuery,
+    json: bool,
+) -> Result<(), RuntimeError> {
+    let mut printed_at_last_time: Vec<DecisionRecord> = Vec::new();
+    loop {
+        for record in platform.net_log(id, &query).await? {
+            if printed_at_last_time.contains(&record) {
+                continue;
+            }
+            print_decision(&record, json);
+            if query.since.as_deref() != Some(record.time.as_str()) {
+                query.since = Some(record.time.clone());
+                printed_at_last_time.clear();
+            }
+            printed_at_last_time.push(record);
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+fn print_decision(r: &DecisionRecord, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(r).unwrap_or_default());
+    } else {
+        println!(
+            "{} {:<8} {:<16} {:<7} {}:{} {} ({})",
+            r.time,
+            r.verdict_text(),
+            r.protocol,
+            r.method,
+            r.host,
+            r.port,
+            r.rule,
+            r.client
+        );
+    }
+}
+
 fn print_answer(id: &EnvironmentId, answer: Answer, json: bool) -> anyhow::Result<()> {
     match answer {
         Answer::Status(status) => print_status(&status, json)?,
         Answer::Removed if json => println!("{}", serde_json::json!({"removed": id})),
         Answer::Removed => eprintln!("environment {id} removed"),
-        Answer::Decisions(records) if json => {
-            for record in records {
-                println!("{}", serde_json::to_string(&record)?);
-            }
-        }
         Answer::Decisions(records) => {
-            for r in records {
-                println!(
-                    "{} {:<8} {:<16} {:<7} {}:{} {} ({})",
-                    r.time,
-                    r.verdict_text(),
-                    r.protocol,
-                    r.method,
-                    r.host,
-                    r.port,
-                    r.rule,
-                    r.client
-                );
+            for record in &records {
+                print_decision(record, json);
             }
         }
         Answer::Inbox(entries) if json => println!("{}", serde_json::to_string(&entries)?),

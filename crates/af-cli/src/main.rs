@@ -53,7 +53,7 @@ fn main() -> ExitCode {
                 since: args.since.clone(),
             };
             environment_commands::run(
-                environment_commands::Verb::NetLog(query),
+                environment_commands::Verb::NetLog(query, args.follow),
                 &args.env,
                 &cli.global.manifest,
                 cli.global.json,

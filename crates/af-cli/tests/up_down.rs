@@ -41,12 +41,36 @@ fn up_status_down() {
 
     let up = af(&dir, &["up", "--env", &env]);
     let status = af(&dir, &["--json", "status", "--env", &env]);
+    // Follow the decision log while the webhook is delivered: the record arrives on the stream.
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_af"))
+        .args(["--json", "net", "log", "--follow", "--env", &env])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let follower_out = follower.stdout.take().unwrap();
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(follower_out)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("\"protocol\":\"webhook\"") {
+                let _ = seen_tx.send(line);
+                return;
+            }
+        }
+    });
     let webhook = af(
         &dir,
         &[
             "--json", "webhook", "trigger", "web", "/hooks/x", "--method", "GET", "--env", &env,
         ],
     );
+    let followed = seen_rx.recv_timeout(std::time::Duration::from_secs(20));
+    let _ = follower.kill();
+    let _ = follower.wait();
     let net_log = af(
         &dir,
         &["--json", "net", "log", "--env", &env, "--verdict", "allow"],
@@ -85,6 +109,10 @@ fn up_status_down() {
             .unwrap()
             .contains("this is an HTTP proxy"),
         "{delivery}"
+    );
+    assert!(
+        followed.is_ok(),
+        "af net log --follow printed the webhook's record as it was made"
     );
     assert_eq!(net_log.status.code(), Some(0), "{}", text(&net_log));
     let records: Vec<serde_json::Value> = String::from_utf8_lossy(&net_log.stdout)
