@@ -97,6 +97,10 @@ fn up_status_down() {
     assert_eq!(status.status.code(), Some(0), "{}", text(&status));
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["services"][0]["ready"], 1);
+    assert_eq!(
+        status["containment"]["contained"], true,
+        "af status shows the last probe's verdict: {status}"
+    );
     assert_eq!(status["services"][0]["applied_memory_bytes"], 32 << 20);
     // The webhook reached the service (itself an HTTP proxy, which answers an origin-form request
     // with 400 and says why), and the sidecar recorded it.

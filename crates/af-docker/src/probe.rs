@@ -153,3 +153,60 @@ pub async fn run_in(
         routes,
     })
 }
+
+/// The role of the container that keeps the last verdict.
+const VERDICT_ROLE: &str = "containment";
+/// Its label carrying the verdict, as JSON.
+const VERDICT_LABEL: &str = "dev.antifailure.containment";
+
+/// Keeps `verdict` for `af status`: on a container that is created and never started (labels are
+/// the one thing Docker keeps that a workload cannot reach), replaced by each probe.
+pub async fn record(
+    docker: &Docker,
+    env: &EnvironmentId,
+    image: &str,
+    verdict: &ContainmentSummary,
+) -> Result<(), DockerError> {
+    let name = crate::names::container(env, VERDICT_ROLE);
+    one_shot::clear(docker, &name, env).await?;
+    let mut labels = crate::names::labels(env, VERDICT_ROLE);
+    labels.insert(
+        VERDICT_LABEL.to_string(),
+        serde_json::to_string(verdict).unwrap_or_default(),
+    );
+    let body = bollard::models::ContainerCreateBody {
+        image: Some(image.to_string()),
+        labels: Some(labels),
+        host_config: Some(bollard::models::HostConfig {
+            network_mode: Some("none".to_string()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = bollard::query_parameters::CreateContainerOptions {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    docker
+        .create_container(Some(options), body)
+        .await
+        .map_err(|e| crate::error::platform(format!("creating container {name}"), e))?;
+    Ok(())
+}
+
+/// The last recorded verdict of `env`, if a probe ran.
+pub async fn last(docker: &Docker, env: &EnvironmentId) -> Option<ContainmentSummary> {
+    let name = crate::names::container(env, VERDICT_ROLE);
+    let found = docker
+        .inspect_container(
+            &name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .ok()?;
+    let labels = found.config?.labels?;
+    if !crate::names::is_ours(Some(&labels), env) {
+        return None;
+    }
+    serde_json::from_str(labels.get(VERDICT_LABEL)?).ok()
+}

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use af_manifest::{EnvironmentId, ImageSource};
 use af_runtime::{
-    Capabilities, Capability, ContainmentSummary, DecisionQuery, DecisionRecord, Environment,
-    EnvironmentStatus, InboxEntry, LogLine, LogStream, ProgressEvent, ProgressSink, Runtime,
-    RuntimeError, ServiceStatus, Step, UpReport, WebhookDelivery, WebhookRequest,
+    Capabilities, Capability, DecisionQuery, DecisionRecord, Environment, EnvironmentStatus,
+    InboxEntry, LogLine, LogStream, ProgressEvent, ProgressSink, Runtime, RuntimeError,
+    ServiceStatus, Step, UpReport, WebhookDelivery, WebhookRequest,
 };
 use async_trait::async_trait;
 use bollard::Docker;
@@ -179,6 +179,7 @@ impl Runtime for LocalRuntime {
             probe::run(docker, env, &image, &internal, targets.clone()),
         )
         .await?;
+        probe::record(docker, env, &image, &containment).await?;
         let manifest = &environment.manifest;
         let webhooks: Vec<(String, u16)> = manifest
             .services
@@ -386,7 +387,7 @@ impl Runtime for LocalRuntime {
         Ok(EnvironmentStatus {
             id: id.clone(),
             services: services.into_values().collect(),
-            containment: None::<ContainmentSummary>,
+            containment: probe::last(&self.docker, id).await,
         })
     }
 

@@ -20,10 +20,11 @@ impl ProgressSink for Collect {
     }
 }
 
-/// The ids of the environment's long-lived containers (the probe's come and go).
+/// The ids of the environment's running containers (the probe's come and go, and the record of
+/// its verdict is never started).
 async fn container_ids(docker: &bollard::Docker, id: &EnvironmentId) -> Vec<String> {
     let options = bollard::query_parameters::ListContainersOptions {
-        all: true,
+        all: false,
         filters: Some(af_docker::names::environment_filter(id)),
         ..Default::default()
     };

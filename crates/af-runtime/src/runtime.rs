@@ -53,7 +53,7 @@ pub struct ServiceStatus {
 }
 
 /// The containment probe's last verdict, in brief.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct ContainmentSummary {
     /// True only when every route was observed denied.
     pub contained: bool,
