@@ -4,22 +4,26 @@
 
 use std::process::Command;
 
-fn af(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_af"))
+fn af_command(dir: &std::path::Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_af"));
+    command
         .args(args)
         .current_dir(dir)
         .env("NO_COLOR", "1")
         .env("AF_PROBE_PUBLIC_TCP", "203.0.113.10:443")
         .env("AF_PROBE_PUBLIC_DNS", "203.0.113.10:53")
         .env("AF_PROBE_METADATA", "203.0.113.10:80")
-        .env("AF_PROBE_METADATA_V6", "[2001:db8::10]:80")
-        .output()
-        .unwrap()
+        .env("AF_PROBE_METADATA_V6", "[2001:db8::10]:80");
+    command
 }
 
-#[test]
-fn up_status_down() {
-    let image = tokio::runtime::Runtime::new().unwrap().block_on(async {
+fn af(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    af_command(dir, args).output().unwrap()
+}
+
+/// The engine image, built if missing: the service of these tests, so nothing is pulled.
+fn engine_image() -> String {
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
         let docker = af_docker::connect()
             .await
             .expect("these tests need the Docker daemon (CI runs one)");
@@ -28,15 +32,27 @@ fn up_status_down() {
         af_docker::engine_image::ensure(&docker, &binary)
             .await
             .unwrap()
-    });
-    let dir = std::env::temp_dir().join(format!("af-cli-up-{}", std::process::id()));
+    })
+}
+
+/// A directory holding an `af.yaml` named `name` whose one service `web` is the engine serving as
+/// a proxy on port 8080.
+fn project(name: &str) -> std::path::PathBuf {
+    let image = engine_image();
+    let dir = std::env::temp_dir().join(format!("af-cli-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = "environment: web\\npolicy: {}\\nlisten: {proxy: 0.0.0.0:8080}\\ncontrol: {listen: 127.0.0.1:9901, token: web-token-0123456789}\\nlog: {path: /tmp/web/log.jsonl}\\n";
     std::fs::write(
         dir.join("af.yaml"),
-        format!("name: clitest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    resources: {{memory: 32Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{config}\"\n"),
+        format!("name: {name}\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    resources: {{memory: 32Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{config}\"\n"),
     )
     .unwrap();
+    dir
+}
+
+#[test]
+fn up_status_down() {
+    let dir = project("clitest");
     let env = format!("cli-{}", std::process::id());
 
     let up = af(&dir, &["up", "--env", &env]);
@@ -147,6 +163,65 @@ fn up_status_down() {
         serde_json::json!([]),
         "nothing left after down"
     );
+}
+
+/// What Docker holds of `env`: containers, networks, volumes, by name.
+fn objects_of(env: &af_manifest::EnvironmentId) -> Vec<String> {
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let docker = af_docker::connect().await.unwrap();
+        let mut found = af_docker::teardown::containers(&docker, env).await.unwrap();
+        found.extend(af_docker::networks::list(&docker, env).await.unwrap());
+        found.extend(af_docker::teardown::volumes(&docker, env).await.unwrap());
+        found
+    })
+}
+
+#[test]
+fn an_interrupted_up_leaves_nothing_down_cannot_remove() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = project("clistop");
+    let env = format!("stop-{}", std::process::id());
+    let id = af_manifest::EnvironmentId::derive("clistop", &env);
+
+    // Interrupt as a person does (SIGINT, as Ctrl-C sends), at the moment the first object of the
+    // environment exists: mid-way, with the rest of up still to come.
+    let mut up = af_command(&dir, &["up", "--env", &env])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut created = Vec::new();
+    while created.is_empty() && up.try_wait().unwrap().is_none() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        created = objects_of(&id);
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &up.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let up_status = up.wait().unwrap();
+    let down = af(&dir, &["down", "--env", &env]);
+    let left = objects_of(&id);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    assert!(
+        !created.is_empty(),
+        "up created objects before it was interrupted"
+    );
+    assert_eq!(
+        up_status.signal(),
+        Some(2),
+        "up was interrupted mid-way, not finished: {up_status:?}"
+    );
+    assert_eq!(
+        down.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&down.stdout),
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert_eq!(left, Vec::<String>::new(), "down removed everything");
 }
 
 #[test]

@@ -48,14 +48,60 @@ pub async fn volumes(docker: &Docker, env: &EnvironmentId) -> Result<Vec<String>
         .collect())
 }
 
+/// How many times `down` removes what it finds before it gives up. A request an interrupted `af up`
+/// had in flight is finished by the daemon after the client is gone, so an object can appear after
+/// the first listing; each round removes what the one before missed.
+const REMOVAL_ROUNDS: u32 = 20;
+const BETWEEN_ROUNDS: std::time::Duration = std::time::Duration::from_millis(250);
+
 pub async fn down(docker: &Docker, env: &EnvironmentId) -> Result<(), DockerError> {
     // Refuse first, before removing anything: a foreign network with our name means this id
     // collides with someone else's objects.
     for name in [names::internal_network(env), names::egress_network(env)] {
         networks::check_owned(docker, &name, env).await?;
     }
+    for round in 1..=REMOVAL_ROUNDS {
+        let failures = remove_everything_listed(docker, env).await?;
+        let left = remaining(docker, env).await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if round == REMOVAL_ROUNDS {
+            let mut detail = format!(
+                "labelled objects remain after {REMOVAL_ROUNDS} rounds of removal: {}",
+                left.join(", ")
+            );
+            for failure in failures {
+                detail.push_str("; ");
+                detail.push_str(&failure);
+            }
+            return Err(platform("removing the environment", detail));
+        }
+        tokio::time::sleep(BETWEEN_ROUNDS).await;
+    }
+    Ok(())
+}
+
+/// Every labelled object of `env` still in Docker, by name.
+async fn remaining(docker: &Docker, env: &EnvironmentId) -> Result<Vec<String>, DockerError> {
+    let mut left = containers(docker, env).await?;
+    left.extend(networks::list(docker, env).await?);
+    left.extend(volumes(docker, env).await?);
+    Ok(left)
+}
+
+/// One round: containers first (they hold the networks and volumes), then networks, then volumes.
+/// A removal that fails is said, not fatal: the next round tries again (a network an interrupted
+/// `up` was still attaching a container to is busy for a moment).
+async fn remove_everything_listed(
+    docker: &Docker,
+    env: &EnvironmentId,
+) -> Result<Vec<String>, DockerError> {
+    let mut failures = Vec::new();
     for name in containers(docker, env).await? {
-        one_shot::remove(docker, &name).await?;
+        if let Err(err) = one_shot::remove(docker, &name).await {
+            failures.push(err.to_string());
+        }
     }
     for name in networks::list(docker, env).await? {
         match docker.remove_network(&name).await {
@@ -63,26 +109,23 @@ pub async fn down(docker: &Docker, env: &EnvironmentId) -> Result<(), DockerErro
             | Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
             }) => {}
-            Err(err) => return Err(platform(format!("removing network {name}"), err)),
+            Err(err) => failures.push(format!("removing network {name}: {err}")),
         }
     }
     for volume in volumes(docker, env).await? {
-        docker
+        match docker
             .remove_volume(
                 &volume,
                 None::<bollard::query_parameters::RemoveVolumeOptions>,
             )
             .await
-            .map_err(|e| platform(format!("removing volume {volume}"), e))?;
+        {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {}
+            Err(err) => failures.push(format!("removing volume {volume}: {err}")),
+        }
     }
-    if !containers(docker, env).await?.is_empty()
-        || !networks::list(docker, env).await?.is_empty()
-        || !volumes(docker, env).await?.is_empty()
-    {
-        return Err(platform(
-            "removing the environment",
-            "labelled objects remain after removal",
-        ));
-    }
-    Ok(())
+    Ok(failures)
 }
