@@ -3,8 +3,9 @@
 //! - `af-bench proxy`: direct client→origin, through `af-proxy`, and through squid, for plain HTTP
 //!   and CONNECT, small and 1 MiB responses, 1 and 64 connections, keep-alive on and off.
 //! - `af-bench dns`: the sidecar's DNS responder against dnsmasq with the same upstream.
+//! - `af-bench up`: `af up` + `af down` against `docker compose up` + `down` of the same services.
 //!
-//! Needs root (it builds a network namespace for the origin) and squid and dnsmasq (Debian
+//! `proxy` and `dns` need root (it builds a network namespace for the origin) and squid and dnsmasq (Debian
 //! packages). Nothing leaves the machine: the origin and the upstream resolver sit at TEST-NET
 //! addresses in the benchmark's own namespace.
 
@@ -12,6 +13,7 @@ mod dnsload;
 mod load;
 mod origin;
 mod proxies;
+mod up;
 mod world;
 
 use std::net::SocketAddr;
@@ -45,6 +47,18 @@ enum Command {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
+    /// `af up` + `af down` against docker compose with the same services.
+    Up {
+        /// Services in the environment.
+        #[arg(long, default_value_t = 3)]
+        services: usize,
+        /// Measured rounds (after one warm-up round).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// The `af` binary (default: the one next to this binary).
+        #[arg(long)]
+        af: Option<std::path::PathBuf>,
+    },
     /// (internal) The origin servers, run inside the benchmark's namespace.
     #[command(hide = true)]
     Origin,
@@ -60,6 +74,22 @@ fn main() -> Result<()> {
         Command::Proxy { seconds } => {
             let _world = world::World::create()?;
             runtime.block_on(proxy_bench(Duration::from_secs_f64(seconds)))
+        }
+        Command::Up {
+            services,
+            rounds,
+            af,
+        } => {
+            let af = match af {
+                Some(af) => af,
+                None => std::env::current_exe()?.with_file_name("af"),
+            };
+            let image = runtime.block_on(async {
+                let docker = af_docker::connect().await?;
+                let binary = af_docker::engine_image::locate_binary()?;
+                Ok::<_, anyhow::Error>(af_docker::engine_image::ensure(&docker, &binary).await?)
+            })?;
+            up::run(&af, &image, services, rounds)
         }
         Command::Dns { seconds } => {
             let _world = world::World::create()?;
