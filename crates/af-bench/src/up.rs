@@ -94,13 +94,11 @@ fn timed(mut command: Command) -> Result<(Duration, Output)> {
     Ok((took, output))
 }
 
-/// The seconds `af up` printed for its probe step (`✓ Probe (0.6s)`).
+/// The seconds `af up` printed for its probe step (`✓ Probe (0.6s): ...`).
 pub fn probe_seconds(stderr: &str) -> Option<f64> {
     let line = stderr.lines().find(|l| l.starts_with("✓ Probe ("))?;
-    line.trim_start_matches("✓ Probe (")
-        .trim_end_matches("s)")
-        .parse()
-        .ok()
+    let (seconds, _) = line.trim_start_matches("✓ Probe (").split_once("s)")?;
+    seconds.parse().ok()
 }
 
 struct Round {
@@ -222,7 +220,7 @@ mod tests {
 
     #[test]
     fn the_probe_step_is_read_off_up_output() {
-        let stderr = "▸ Probe: every escape route\n✓ Probe (0.6s)\n✓ Sidecar (0.3s)\n";
+        let stderr = "▸ Probe: every escape route\n✓ Probe (0.6s): every escape route\n✓ Sidecar (0.3s): the egress sidecar\n";
         assert_eq!(probe_seconds(stderr), Some(0.6));
         assert_eq!(probe_seconds("✓ Sidecar (0.3s)\n"), None);
     }

@@ -30,8 +30,12 @@ impl ProgressSink for Progress {
         }
         let line = match event {
             ProgressEvent::StepStarted { step, detail } => format!("▸ {step:?}: {detail}"),
-            ProgressEvent::StepFinished { step, elapsed } => {
-                format!("✓ {step:?} ({:.1}s)", elapsed.as_secs_f64())
+            ProgressEvent::StepFinished {
+                step,
+                detail,
+                elapsed,
+            } => {
+                format!("✓ {step:?} ({:.1}s): {detail}", elapsed.as_secs_f64())
             }
             ProgressEvent::Waiting { on, .. } => format!("  waiting for {on}"),
             ProgressEvent::Url { service, url } => format!("  {service}: {url}"),

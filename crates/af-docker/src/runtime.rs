@@ -69,6 +69,7 @@ impl LocalRuntime {
         let result = work.await.map_err(RuntimeError::from)?;
         progress.emit(ProgressEvent::StepFinished {
             step,
+            detail: detail.to_string(),
             elapsed: started.elapsed(),
         });
         Ok(result)
@@ -211,66 +212,78 @@ impl Runtime for LocalRuntime {
             sidecar: &sidecar,
             gate_targets: &targets,
         };
-        for service in manifest.services_in_start_order() {
-            let image = &images[&service.name];
-            // A service whose instances all run as specified has had its migration; one that is
-            // (re)created gets it first, once.
-            if let Some(command) = &service.migrate
-                && !service::is_current(docker, placement, service, image)
-                    .await
-                    .map_err(RuntimeError::from)?
-            {
-                let detail = format!("{} ({})", service.name, command.join(" "));
-                Self::step(
-                    progress,
-                    Step::Migrations,
-                    &detail,
-                    service::migrate(docker, placement, service, image, command),
-                )
-                .await?;
-                changed.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            let detail = format!(
-                "{} ({} instance{})",
-                service.name,
-                service.replicas,
-                if service.replicas == 1 { "" } else { "s" }
-            );
-            Self::step(progress, Step::Services, &detail, async {
-                let mut addresses = Vec::new();
-                for index in 0..service.replicas {
-                    let (instance, created) =
-                        service::start(docker, placement, service, image, index).await?;
-                    changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
-                    if let Some(port) = service.port {
-                        progress.emit(ProgressEvent::Waiting {
-                            step: Step::Readiness,
-                            on: format!("{} port {port}", instance.app),
-                            elapsed: Duration::ZERO,
-                        });
-                        service::wait_ready(
+        // Services of one wave depend only on earlier waves, so each wave starts at once.
+        let (images, egress, changed) = (&images, &egress, &changed);
+        for wave in manifest.services_in_start_waves() {
+            futures_util::future::try_join_all(wave.into_iter().map(|service| async move {
+                let image = &images[&service.name];
+                // A service whose instances all run as specified has had its migration; one that is
+                // (re)created gets it first, once.
+                if let Some(command) = &service.migrate
+                    && !service::is_current(docker, placement, service, image)
+                        .await
+                        .map_err(RuntimeError::from)?
+                {
+                    let detail = format!("{} ({})", service.name, command.join(" "));
+                    Self::step(
+                        progress,
+                        Step::Migrations,
+                        &detail,
+                        service::migrate(docker, placement, service, image, command),
+                    )
+                    .await?;
+                    changed.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                let detail = format!(
+                    "{} ({} instance{})",
+                    service.name,
+                    service.replicas,
+                    if service.replicas == 1 { "" } else { "s" }
+                );
+                Self::step(progress, Step::Services, &detail, async {
+                    let mut addresses = Vec::new();
+                    for index in 0..service.replicas {
+                        let (instance, created) =
+                            service::start(docker, placement, service, image, index).await?;
+                        changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
+                        if let Some(port) = service.port {
+                            progress.emit(ProgressEvent::Waiting {
+                                step: Step::Readiness,
+                                on: format!("{} port {port}", instance.app),
+                                elapsed: Duration::ZERO,
+                            });
+                            service::wait_ready(
+                                docker,
+                                &instance,
+                                port,
+                                service.health_path.as_deref(),
+                                READINESS_TIMEOUT,
+                            )
+                            .await?;
+                        }
+                        addresses.push(instance.ip);
+                    }
+                    if let (true, Some(port)) = (service.web, service.port) {
+                        let (url, created) = ingress::start(
                             docker,
-                            &instance,
+                            placement,
+                            egress,
+                            &service.name,
                             port,
-                            service.health_path.as_deref(),
-                            READINESS_TIMEOUT,
+                            &addresses,
                         )
                         .await?;
+                        changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
+                        progress.emit(ProgressEvent::Url {
+                            service: service.name.clone(),
+                            url,
+                        });
                     }
-                    addresses.push(instance.ip);
-                }
-                if let (true, Some(port)) = (service.web, service.port) {
-                    let (url, created) =
-                        ingress::start(docker, placement, &egress, &service.name, port, &addresses)
-                            .await?;
-                    changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
-                    progress.emit(ProgressEvent::Url {
-                        service: service.name.clone(),
-                        url,
-                    });
-                }
-                Ok(())
-            })
+                    Ok(())
+                })
+                .await?;
+                Ok::<(), RuntimeError>(())
+            }))
             .await?;
         }
         // Instances the manifest no longer has (a service removed, replicas lowered) go.

@@ -61,29 +61,38 @@ fn rotate_to_smallest<'a>(cycle: &[&'a str]) -> Vec<&'a str> {
     closed
 }
 
-/// Service names in an order where each comes after all it depends on; among services that could
-/// go next, the alphabetically first. Only called on validated manifests, which have no cycles.
+/// Service names in an order where each comes after all it depends on: the start waves, one
+/// after another.
 pub(crate) fn start_order(services: &BTreeMap<String, Service>) -> Vec<&str> {
+    start_waves(services).concat()
+}
+
+/// Services in waves: each wave holds every service whose dependencies all started in earlier
+/// waves, alphabetically, so the services of one wave can start at the same time. Only called on
+/// validated manifests, which have no cycles.
+pub(crate) fn start_waves(services: &BTreeMap<String, Service>) -> Vec<Vec<&str>> {
     let mut started: BTreeSet<&str> = BTreeSet::new();
-    let mut order = Vec::with_capacity(services.len());
-    while order.len() < services.len() {
-        let next = services.iter().find(|(name, service)| {
-            !started.contains(name.as_str())
-                && service
-                    .depends_on
-                    .iter()
-                    .all(|d| started.contains(d.as_str()))
-        });
-        match next {
-            Some((name, _)) => {
-                started.insert(name);
-                order.push(name.as_str());
-            }
-            // Unreachable for a validated manifest; stop rather than loop.
-            None => break,
+    let mut waves = Vec::new();
+    while started.len() < services.len() {
+        let wave: Vec<&str> = services
+            .iter()
+            .filter(|(name, service)| {
+                !started.contains(name.as_str())
+                    && service
+                        .depends_on
+                        .iter()
+                        .all(|d| started.contains(d.as_str()))
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        // Empty only for a cycle, which validation refuses; stop rather than loop.
+        if wave.is_empty() {
+            break;
         }
+        started.extend(&wave);
+        waves.push(wave);
     }
-    order
+    waves
 }
 
 #[cfg(test)]

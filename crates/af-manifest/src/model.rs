@@ -31,6 +31,19 @@ impl Manifest {
             .filter_map(|name| self.services.get(name))
             .collect()
     }
+
+    /// Services in waves that can each start at once: a wave's services depend only on services
+    /// of earlier waves.
+    pub fn services_in_start_waves(&self) -> Vec<Vec<&Service>> {
+        crate::dependencies::start_waves(&self.services)
+            .into_iter()
+            .map(|wave| {
+                wave.into_iter()
+                    .filter_map(|name| self.services.get(name))
+                    .collect()
+            })
+            .collect()
+    }
 }
 
 /// Where and how environments of this manifest run.

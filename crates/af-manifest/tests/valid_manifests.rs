@@ -82,6 +82,12 @@ fn the_shop_example_is_valid_and_means_what_it_says() {
         .map(|s| s.name.as_str())
         .collect();
     assert_eq!(order, ["nightly-report", "worker", "web"]);
+    let waves: Vec<Vec<&str>> = manifest
+        .services_in_start_waves()
+        .iter()
+        .map(|wave| wave.iter().map(|s| s.name.as_str()).collect())
+        .collect();
+    assert_eq!(waves, [vec!["nightly-report", "worker"], vec!["web"]]);
 }
 
 #[test]

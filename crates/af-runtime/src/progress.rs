@@ -32,6 +32,8 @@ pub enum ProgressEvent {
     },
     StepFinished {
         step: Step,
+        /// The same detail as the step's start: steps of one kind can run at the same time.
+        detail: String,
         #[serde(with = "millis")]
         elapsed: Duration,
     },
