@@ -241,28 +241,31 @@ impl Runtime for LocalRuntime {
                     if service.replicas == 1 { "" } else { "s" }
                 );
                 Self::step(progress, Step::Services, &detail, async {
-                    let mut addresses = Vec::new();
-                    for index in 0..service.replicas {
-                        let (instance, created) =
-                            service::start(docker, placement, service, image, index).await?;
-                        changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
-                        if let Some(port) = service.port {
-                            progress.emit(ProgressEvent::Waiting {
-                                step: Step::Readiness,
-                                on: format!("{} port {port}", instance.app),
-                                elapsed: Duration::ZERO,
-                            });
-                            service::wait_ready(
-                                docker,
-                                &instance,
-                                port,
-                                service.health_path.as_deref(),
-                                READINESS_TIMEOUT,
-                            )
-                            .await?;
-                        }
-                        addresses.push(instance.ip);
-                    }
+                    // Instances are independent of each other: all start at once.
+                    let addresses = futures_util::future::try_join_all((0..service.replicas).map(
+                        |index| async move {
+                            let (instance, created) =
+                                service::start(docker, placement, service, image, index).await?;
+                            changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
+                            if let Some(port) = service.port {
+                                progress.emit(ProgressEvent::Waiting {
+                                    step: Step::Readiness,
+                                    on: format!("{} port {port}", instance.app),
+                                    elapsed: Duration::ZERO,
+                                });
+                                service::wait_ready(
+                                    docker,
+                                    &instance,
+                                    port,
+                                    service.health_path.as_deref(),
+                                    READINESS_TIMEOUT,
+                                )
+                                .await?;
+                            }
+                            Ok::<_, DockerError>(instance.ip)
+                        },
+                    ))
+                    .await?;
                     if let (true, Some(port)) = (service.web, service.port) {
                         let (url, created) = ingress::start(
                             docker,
