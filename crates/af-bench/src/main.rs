@@ -86,8 +86,7 @@ fn main() -> Result<()> {
             };
             let image = runtime.block_on(async {
                 let docker = af_docker::connect().await?;
-                let binary = af_docker::engine_image::locate_binary()?;
-                Ok::<_, anyhow::Error>(af_docker::engine_image::ensure(&docker, &binary).await?)
+                Ok::<_, anyhow::Error>(af_docker::engine_image::ensure(&docker).await?)
             })?;
             up::run(&af, &image, services, rounds)
         }

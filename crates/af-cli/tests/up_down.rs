@@ -27,17 +27,15 @@ fn engine_image() -> String {
         let docker = af_docker::connect()
             .await
             .expect("these tests need the Docker daemon (CI runs one)");
-        let binary = af_docker::engine_image::locate_binary()
-            .expect("the static engine binary: scripts/build-engine or AF_PROXY_BINARY");
-        af_docker::engine_image::ensure(&docker, &binary)
+        af_docker::engine_image::ensure(&docker)
             .await
-            .unwrap()
+            .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY")
     })
 }
 
 /// A directory holding an `af.yaml` named `name` whose one service `web` is the engine serving as
-/// a proxy on port 8080.
-fn project(name: &str) -> std::path::PathBuf {
+/// a proxy on port 8080, and the engine image.
+fn project(name: &str) -> (std::path::PathBuf, String) {
     let image = engine_image();
     let dir = std::env::temp_dir().join(format!("af-cli-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -47,15 +45,20 @@ fn project(name: &str) -> std::path::PathBuf {
         format!("name: {name}\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [serve]\n    port: 8080\n    resources: {{memory: 32Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{config}\"\n"),
     )
     .unwrap();
-    dir
+    (dir, image)
 }
 
 #[test]
 fn up_status_down() {
-    let dir = project("clitest");
+    let (dir, image) = project("clitest");
     let env = format!("cli-{}", std::process::id());
 
-    let up = af(&dir, &["up", "--env", &env]);
+    // AF_PROXY_IMAGE names the engine image; no static binary is needed then.
+    let up = af_command(&dir, &["up", "--env", &env])
+        .env("AF_PROXY_IMAGE", &image)
+        .env("AF_PROXY_BINARY", "/nonexistent/af-proxy")
+        .output()
+        .unwrap();
     let status = af(&dir, &["--json", "status", "--env", &env]);
     // Follow the decision log while the webhook is delivered: the record arrives on the stream.
     let mut follower = Command::new(env!("CARGO_BIN_EXE_af"))
@@ -179,7 +182,7 @@ fn objects_of(env: &af_manifest::EnvironmentId) -> Vec<String> {
 #[test]
 fn an_interrupted_up_leaves_nothing_down_cannot_remove() {
     use std::os::unix::process::ExitStatusExt;
-    let dir = project("clistop");
+    let (dir, _) = project("clistop");
     let env = format!("stop-{}", std::process::id());
     let id = af_manifest::EnvironmentId::derive("clistop", &env);
 

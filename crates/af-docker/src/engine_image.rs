@@ -138,8 +138,9 @@ fn missing_iptables(path: &str, err: std::io::Error) -> DockerError {
     }
 }
 
-/// The engine image's tag, built first when the daemon does not have it.
-pub async fn ensure(docker: &Docker, binary_path: &Path) -> Result<String, DockerError> {
+/// The engine image's tag: `AF_PROXY_IMAGE` when set (no binary needed then), otherwise built
+/// from the static binary `locate_binary` finds, when the daemon does not have it yet.
+pub async fn ensure(docker: &Docker) -> Result<String, DockerError> {
     if let Ok(image) = std::env::var("AF_PROXY_IMAGE") {
         docker
             .inspect_image(&image)
@@ -149,6 +150,11 @@ pub async fn ensure(docker: &Docker, binary_path: &Path) -> Result<String, Docke
             })?;
         return Ok(image);
     }
+    ensure_built_from(docker, &locate_binary()?).await
+}
+
+/// The engine image of `binary_path`, built when the daemon does not have it.
+async fn ensure_built_from(docker: &Docker, binary_path: &Path) -> Result<String, DockerError> {
     let binary = std::fs::read(binary_path).map_err(|e| DockerError::EngineImage {
         detail: format!("cannot read {}: {e}", binary_path.display()),
     })?;

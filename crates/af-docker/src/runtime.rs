@@ -123,8 +123,7 @@ impl Runtime for LocalRuntime {
             Step::Images,
             "the engine image and the services' images",
             async {
-                let binary = engine_image::locate_binary()?;
-                let engine = engine_image::ensure(docker, &binary).await?;
+                let engine = engine_image::ensure(docker).await?;
                 let manifest = &environment.manifest;
                 let mut images = BTreeMap::new();
                 for service in manifest.services.values() {

@@ -92,9 +92,9 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
     let docker = af_docker::connect()
         .await
         .expect("these tests need the Docker daemon (CI runs one)");
-    let binary = engine_image::locate_binary()
-        .expect("the static engine binary: scripts/build-engine or AF_PROXY_BINARY");
-    let image = engine_image::ensure(&docker, &binary).await.unwrap();
+    let image = engine_image::ensure(&docker)
+        .await
+        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
     let public = Outside::create(&docker, &image, "bat-public", "203.0.113.0/24").await;
     let metadata =
         Outside::create_at(&docker, &image, "bat-metadata", "169.254.169.0/24", 254).await;

@@ -26,11 +26,9 @@ async fn docker() -> Docker {
 }
 
 async fn engine(docker: &Docker) -> String {
-    let binary = engine_image::locate_binary()
-        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
-    engine_image::ensure(docker, &binary)
+    engine_image::ensure(docker)
         .await
-        .expect("the engine image builds")
+        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY")
 }
 
 /// Every route pointed at the test's own outside host (never a real address).

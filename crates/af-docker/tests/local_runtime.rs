@@ -57,11 +57,9 @@ async fn up_status_and_down_of_a_whole_environment() {
     let docker = af_docker::connect()
         .await
         .expect("these tests need the Docker daemon (CI runs one)");
-    let binary = engine_image::locate_binary()
-        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
-    let image = engine_image::ensure(&docker, &binary)
+    let image = engine_image::ensure(&docker)
         .await
-        .expect("the engine image");
+        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
     let service_config = "environment: web\npolicy: {}\nlisten: {proxy: 0.0.0.0:8080}\ncontrol: {listen: 127.0.0.1:9901, token: web-token-0123456789}\nlog: {path: /tmp/web/decisions.jsonl}\n";
     let manifest = af_manifest::parse(
         &format!(
@@ -184,11 +182,9 @@ async fn services_are_built_from_their_context_and_a_failed_build_names_the_serv
     let docker = af_docker::connect()
         .await
         .expect("these tests need the Docker daemon (CI runs one)");
-    let binary = engine_image::locate_binary()
-        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
-    let image = engine_image::ensure(&docker, &binary)
+    let image = engine_image::ensure(&docker)
         .await
-        .expect("the engine image");
+        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
     let dir = std::env::temp_dir().join(format!("af-build-ctx-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("good")).unwrap();
     std::fs::create_dir_all(dir.join("bad")).unwrap();
@@ -263,11 +259,9 @@ async fn migrations_run_once_first_and_a_failure_stops_up() {
     let docker = af_docker::connect()
         .await
         .expect("these tests need the Docker daemon (CI runs one)");
-    let binary = engine_image::locate_binary()
-        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
-    let image = engine_image::ensure(&docker, &binary)
+    let image = engine_image::ensure(&docker)
         .await
-        .expect("the engine image");
+        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
     let config = "environment: m\npolicy: {}\nlisten: {proxy: 0.0.0.0:8080}\ncontrol: {listen: 127.0.0.1:9901, token: m-token-0123456789ab}\nlog: {path: /tmp/m/log.jsonl}\n";
     let manifest = |migrate: &str| {
         af_manifest::parse(
@@ -350,11 +344,9 @@ async fn a_cron_service_runs_on_its_schedule_and_down_removes_its_volume() {
     let docker = af_docker::connect()
         .await
         .expect("these tests need the Docker daemon (CI runs one)");
-    let binary = engine_image::locate_binary()
-        .expect("the static engine binary: run scripts/build-engine or set AF_PROXY_BINARY");
-    let image = engine_image::ensure(&docker, &binary)
+    let image = engine_image::ensure(&docker)
         .await
-        .expect("the engine image");
+        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
     let manifest = af_manifest::parse(
         &format!("name: aftest\nruntime: {{provider: local}}\nservices:\n  report:\n    image: {image}\n    command: [/af-proxy, --version]\n    cron: \"* * * * *\"\n"),
         "af.yaml",
