@@ -41,6 +41,9 @@ enum Command {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// Run only the scenarios whose label contains this text (e.g. "CONNECT 100B").
+        #[arg(long)]
+        only: Option<String>,
     },
     /// The sidecar's DNS responder against dnsmasq.
     Dns {
@@ -71,9 +74,12 @@ fn main() -> Result<()> {
         .build()?;
     match cli.command {
         Command::Origin => runtime.block_on(origin::serve()),
-        Command::Proxy { seconds } => {
+        Command::Proxy { seconds, only } => {
             let _world = world::World::create()?;
-            runtime.block_on(proxy_bench(Duration::from_secs_f64(seconds)))
+            runtime.block_on(proxy_bench(
+                Duration::from_secs_f64(seconds),
+                only.as_deref(),
+            ))
         }
         Command::Up {
             services,
@@ -118,7 +124,7 @@ fn added(proxied: &Measured, direct: &Measured, p: f64) -> f64 {
     (ms(proxied.percentile(p)) - ms(direct.percentile(p))).max(0.0)
 }
 
-async fn proxy_bench(duration: Duration) -> Result<()> {
+async fn proxy_bench(duration: Duration, only: Option<&str>) -> Result<()> {
     let ours_port = proxies::free_port()?;
     let squid_port = proxies::free_port()?;
     let ours = proxies::start_ours(ours_port, None)?;
@@ -141,6 +147,7 @@ async fn proxy_bench(duration: Duration) -> Result<()> {
             }
         }
     }
+    scenarios.retain(|scenario| only.is_none_or(|text| scenario.label().contains(text)));
     // Warm every path once so no run pays for first-use costs.
     let warm = Scenario {
         tunnel: false,

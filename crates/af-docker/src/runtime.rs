@@ -203,6 +203,7 @@ impl Runtime for LocalRuntime {
         )
         .await?;
         changed.store(sidecar_created, std::sync::atomic::Ordering::Relaxed);
+        let no_proxy = service::no_proxy(manifest.services.keys().map(String::as_str));
         let placement = Placement {
             env,
             engine_image: &image,
@@ -210,6 +211,7 @@ impl Runtime for LocalRuntime {
             subnets: &subnets,
             sidecar: &sidecar,
             gate_targets: &targets,
+            no_proxy: &no_proxy,
         };
         // Services of one wave depend only on earlier waves, so each wave starts at once.
         let (images, egress, changed) = (&images, &egress, &changed);
@@ -518,18 +520,23 @@ mod tests {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/shop/af.yaml"),
         )
         .unwrap();
-        let wanted = wanted_capabilities(&manifest);
-        for capability in [
-            Capability::Migrations,
-            Capability::CronSchedules,
-            Capability::HealthPaths,
-            Capability::ContainerDatabase,
-        ] {
-            assert!(
-                wanted.contains(&capability),
-                "{capability:?} missing from {wanted:?}"
-            );
-        }
+        assert_eq!(
+            wanted_capabilities(&manifest),
+            [
+                Capability::CronSchedules,
+                Capability::Migrations,
+                Capability::HealthPaths
+            ]
+        );
+        let with_database = af_manifest::parse(
+            "name: app\nruntime: {provider: local}\nservices: {api: {image: a}}\ndatabase: {provider: container}\n",
+            "af.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            wanted_capabilities(&with_database),
+            [Capability::ContainerDatabase]
+        );
         let runtime_caps = Capabilities::new("local", [Capability::NetLog]);
         let err = runtime_caps.require(Capability::Migrations).unwrap_err();
         assert_eq!(err.code(), af_runtime::RunCode::Unsupported);

@@ -33,6 +33,8 @@ pub struct Placement<'a> {
     pub subnets: &'a [String],
     pub sidecar: &'a Sidecar,
     pub gate_targets: &'a [String],
+    /// The `NO_PROXY` list every service gets: loopback and the environment's service names.
+    pub no_proxy: &'a str,
 }
 
 /// The role names of instance `index` of `service`.
@@ -54,11 +56,20 @@ const PROXY_VARIABLES: [&str; 6] = [
     "no_proxy",
 ];
 
+/// What clients that honour the proxy variables must reach directly: loopback, and the other
+/// services by name (`http://worker:9090` through the sidecar would be denied as an outside host).
+pub fn no_proxy<'a>(service_names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut hosts = vec!["localhost", "127.0.0.1"];
+    hosts.extend(service_names);
+    hosts.join(",")
+}
+
 /// The environment a service's process gets: its own variables (references resolved from af's
 /// environment), then the proxy settings, which always point at the sidecar.
 pub fn environment(
     service: &Service,
     sidecar_ip: &str,
+    no_proxy: &str,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<Vec<String>, DockerError> {
     let mut out = Vec::new();
@@ -82,9 +93,19 @@ pub fn environment(
     for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
         out.push(format!("{name}={proxy}"));
     }
-    out.push("NO_PROXY=localhost,127.0.0.1".to_string());
-    out.push("no_proxy=localhost,127.0.0.1".to_string());
+    out.push(format!("NO_PROXY={no_proxy}"));
+    out.push(format!("no_proxy={no_proxy}"));
     Ok(out)
+}
+
+/// [`environment`] for `service` placed at `at`, references read from af's own environment.
+fn environment_at(at: Placement<'_>, service: &Service) -> Result<Vec<String>, DockerError> {
+    environment(
+        service,
+        &at.sidecar.internal_ip.to_string(),
+        at.no_proxy,
+        |name| std::env::var(name).ok(),
+    )
 }
 
 /// Everything an instance is made from, as a digest; unchanged, a second `up` keeps the instance as
@@ -238,8 +259,7 @@ pub async fn start(
     let (holder_role, app_role) = roles(&service.name, index);
     let holder = names::container(at.env, &holder_role);
     let app = names::container(at.env, &app_role);
-    let sidecar_ip = at.sidecar.internal_ip.to_string();
-    let environment = environment(service, &sidecar_ip, |name| std::env::var(name).ok())?;
+    let environment = environment_at(at, service)?;
     let spec = instance_spec(at, service, image, &environment);
     if one_shot::running_with_spec(docker, &app, at.env, &spec).await?
         && one_shot::running_with_spec(docker, &holder, at.env, &spec).await?
@@ -328,8 +348,7 @@ pub async fn migrate(
     let holder_role = format!("{}-migrate-holder", service.name);
     let holder = names::container(at.env, &holder_role);
     one_shot::clear(docker, &holder, at.env).await?;
-    let sidecar_ip = at.sidecar.internal_ip.to_string();
-    let env = environment(service, &sidecar_ip, |name| std::env::var(name).ok())?;
+    let env = environment_at(at, service)?;
     let joined = pod(docker, at, &holder, &holder_role, None, "migration").await?;
     let spec = OneShot {
         role: format!("{}-migrate", service.name),
@@ -371,13 +390,7 @@ pub async fn is_current(
     service: &Service,
     image: &str,
 ) -> Result<bool, DockerError> {
-    let sidecar_ip = at.sidecar.internal_ip.to_string();
-    let spec = instance_spec(
-        at,
-        service,
-        image,
-        &environment(service, &sidecar_ip, |name| std::env::var(name).ok())?,
-    );
+    let spec = instance_spec(at, service, image, &environment_at(at, service)?);
     for index in 0..service.replicas {
         let (_, app_role) = roles(&service.name, index);
         if !one_shot::running_with_spec(docker, &names::container(at.env, &app_role), at.env, &spec)
@@ -485,7 +498,7 @@ mod tests {
         )
         .unwrap();
         let web = &manifest.services["web"];
-        let env = environment(web, "172.20.0.2", |name| {
+        let env = environment(web, "172.20.0.2", &no_proxy(["web"]), |name| {
             (name == "HOST_TOKEN").then(|| "t0k3n".to_string())
         })
         .unwrap();
@@ -500,7 +513,11 @@ mod tests {
             vec!["HTTP_PROXY=http://172.20.0.2:3128"],
             "only the sidecar's setting"
         );
-        let missing = environment(web, "172.20.0.2", |_| None).unwrap_err();
+        assert!(
+            env.contains(&"NO_PROXY=localhost,127.0.0.1,web".to_string()),
+            "services reach each other directly: {env:?}"
+        );
+        let missing = environment(web, "172.20.0.2", "", |_| None).unwrap_err();
         assert!(missing.to_string().contains("HOST_TOKEN"), "{missing}");
     }
 }

@@ -24,7 +24,11 @@ fn the_shop_example_is_valid_and_means_what_it_says() {
     );
 
     let web = &manifest.services["web"];
-    assert_eq!(web.source, ImageSource::Image("shop/web:dev".into()));
+    assert!(
+        matches!(&web.source, ImageSource::Build { context, .. } if context.ends_with("image")),
+        "{:?}",
+        web.source
+    );
     assert_eq!(web.port, Some(8080));
     assert!(web.web);
     assert_eq!(web.replicas, 2);
@@ -35,11 +39,7 @@ fn the_shop_example_is_valid_and_means_what_it_says() {
     );
     assert_eq!(
         web.migrate.as_deref(),
-        Some(&["/web".to_string(), "migrate".to_string()][..])
-    );
-    assert_eq!(
-        web.env["SESSION_SECRET"],
-        EnvValue::FromEnv("SHOP_SESSION_SECRET".into())
+        Some(&["/shop".to_string(), "migrate".to_string()][..])
     );
     assert_eq!(web.depends_on, vec!["worker".to_string()]);
 
@@ -54,9 +54,13 @@ fn the_shop_example_is_valid_and_means_what_it_says() {
         "an unnamed dimension stays unnamed"
     );
     assert_eq!(worker.replicas, 1);
+    assert_eq!(
+        worker.env["PAYMENTS_API_KEY"],
+        EnvValue::FromEnv("SHOP_PAYMENTS_TEST_KEY".into())
+    );
 
-    let report = &manifest.services["nightly-report"];
-    assert_eq!(report.cron.as_ref().unwrap().as_str(), "0 3 * * *");
+    let report = &manifest.services["report"];
+    assert_eq!(report.cron.as_ref().unwrap().as_str(), "* * * * *");
     assert_eq!(report.port, None);
 
     assert_eq!(
@@ -69,25 +73,20 @@ fn the_shop_example_is_valid_and_means_what_it_says() {
         CannedResponse::default()
     );
     assert_eq!(manifest.egress.mail, MailPolicy::Capture);
-    let database = manifest.database.as_ref().unwrap();
-    assert!(matches!(
-        database.provider,
-        DatabaseProvider::Container { .. }
-    ));
-    assert_eq!(database.env, "DATABASE_URL");
+    assert!(manifest.database.is_none());
 
     let order: Vec<&str> = manifest
         .services_in_start_order()
         .iter()
         .map(|s| s.name.as_str())
         .collect();
-    assert_eq!(order, ["nightly-report", "worker", "web"]);
+    assert_eq!(order, ["worker", "report", "web"]);
     let waves: Vec<Vec<&str>> = manifest
         .services_in_start_waves()
         .iter()
         .map(|wave| wave.iter().map(|s| s.name.as_str()).collect())
         .collect();
-    assert_eq!(waves, [vec!["nightly-report", "worker"], vec!["web"]]);
+    assert_eq!(waves, [vec!["worker"], vec!["report", "web"]]);
 }
 
 #[test]
@@ -139,12 +138,27 @@ fn external_database_reads_its_url_from_the_environment() {
 }
 
 #[test]
+fn a_container_database_defaults_its_variable() {
+    let manifest = af_manifest::parse(
+        "name: app\nruntime: {provider: local}\nservices: {api: {image: a}}\ndatabase: {provider: container, engine: postgres}\n",
+        "af.yaml",
+    )
+    .unwrap();
+    let database = manifest.database.unwrap();
+    assert!(matches!(
+        database.provider,
+        DatabaseProvider::Container { .. }
+    ));
+    assert_eq!(database.env, "DATABASE_URL");
+}
+
+#[test]
 fn normalized_manifest_serializes_for_machines() {
     let manifest = af_manifest::load(example_path()).unwrap();
     let json = serde_json::to_value(&manifest).unwrap();
     assert_eq!(json["services"]["web"]["resources"]["cpu"], "250m");
     assert_eq!(json["egress"]["allow"][1], "*.pythonhosted.org");
-    assert_eq!(json["services"]["nightly-report"]["cron"], "0 3 * * *");
+    assert_eq!(json["services"]["report"]["cron"], "* * * * *");
 }
 
 #[test]
