@@ -1,4 +1,4 @@
-//! CONTAINMENT.md's battery (E1–E9, E11, E15, E16, E20) from inside a running service on the local
+//! CONTAINMENT.md's battery (E1–E9 with E5 over IPv6, E11, E15, E16, E20) from inside a running service on the local
 //! runtime, against the real
 //! Docker daemon. Each route is tried from the service's own network namespace (a probe joined to
 //! its holder, exactly the service's rules) and judged at the application layer, beside a positive
@@ -99,6 +99,26 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
     let metadata =
         Outside::create_at(&docker, &image, "bat-metadata", "169.254.169.0/24", 254).await;
     let operator = Outside::create(&docker, &image, "bat-operator", "10.214.77.0/24").await;
+    // E5: a global IPv6 host (documentation prefix) and the IPv6 metadata address, fd00:ec2::254.
+    let global6 = Outside::create_dual_stack(
+        &docker,
+        &image,
+        "bat-v6",
+        "198.51.100.0/24",
+        "2001:db8:5::/64",
+        "10",
+    )
+    .await;
+    let metadata6 = Outside::create_dual_stack(
+        &docker,
+        &image,
+        "bat-metadata-v6",
+        "192.0.2.0/24",
+        "fd00:ec2::/64",
+        "254",
+    )
+    .await;
+    let (global6_ip, metadata6_ip) = (global6.ip6.clone().unwrap(), metadata6.ip6.clone().unwrap());
 
     let pid = std::process::id();
     let (a, b) = (
@@ -146,7 +166,8 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
         ("e2-public-dns", format!("dns:{}:53", public.ip)),
         ("e3-dns-over-tcp", format!("tcp:{}:53", public.ip)),
         ("e4-metadata", format!("tcp:{}:3128", metadata.ip)),
-        ("e5-global-v6", "tcp:[2001:db8::10]:80".to_string()),
+        ("e5-global-v6", format!("tcp:[{global6_ip}]:3128")),
+        ("e5-metadata-v6", format!("tcp:[{metadata6_ip}]:3128")),
         ("e6-platform-api", format!("tcp:{gateway}:2375")),
         ("e7-operator-host", format!("tcp:{}:3128", operator.ip)),
         ("e8-icmp", format!("icmp:{}", public.ip)),
@@ -162,7 +183,12 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
         one_shot::start_holder(&docker, &a, "control-holder", &image, &public.network)
             .await
             .unwrap();
-    for network in [&metadata.network, &operator.network] {
+    for network in [
+        &metadata.network,
+        &operator.network,
+        &global6.network,
+        &metadata6.network,
+    ] {
         docker
             .connect_network(
                 network,
@@ -180,6 +206,8 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
         "e2-public-dns",
         "e3-dns-over-tcp",
         "e4-metadata",
+        "e5-global-v6",
+        "e5-metadata-v6",
         "e7-operator-host",
         "e9-udp",
     ] {

@@ -16,6 +16,8 @@ use bollard::models::{
 /// sidecar program as a TCP and DNS server. Removed when dropped.
 pub struct Outside {
     pub ip: String,
+    /// The host's IPv6 address, on a dual-stack outside network.
+    pub ip6: Option<String>,
     pub docker: Docker,
     pub network: String,
     pub host: String,
@@ -35,6 +37,36 @@ impl Outside {
         subnet: &str,
         host_number: u8,
     ) -> Outside {
+        Self::create_with(docker, image, tag, subnet, host_number, None).await
+    }
+
+    /// A host at `.10` of `subnet` and at `subnet6`'s address `<prefix>::<host6>` (a /64), on a
+    /// dual-stack network; it serves on both families.
+    pub async fn create_dual_stack(
+        docker: &Docker,
+        image: &str,
+        tag: &str,
+        subnet: &str,
+        subnet6: &str,
+        host6: &str,
+    ) -> Outside {
+        Self::create_with(docker, image, tag, subnet, 10, Some((subnet6, host6))).await
+    }
+
+    async fn create_with(
+        docker: &Docker,
+        image: &str,
+        tag: &str,
+        subnet: &str,
+        host_number: u8,
+        v6: Option<(&str, &str)>,
+    ) -> Outside {
+        let ip6 = v6.map(|(subnet6, host6)| {
+            let prefix = subnet6
+                .split_once("::")
+                .map_or(subnet6, |(prefix, _)| prefix);
+            format!("{prefix}::{host6}")
+        });
         let ip = format!(
             "{}.{host_number}",
             subnet.rsplit_once('.').map_or(subnet, |(net, _)| net)
@@ -56,18 +88,28 @@ impl Outside {
                 name: network.clone(),
                 driver: Some("bridge".into()),
                 internal: Some(true),
+                enable_ipv6: Some(v6.is_some()),
                 ipam: Some(Ipam {
-                    config: Some(vec![IpamConfig {
-                        subnet: Some(subnet.to_string()),
-                        ..Default::default()
-                    }]),
+                    config: Some(
+                        std::iter::once(subnet)
+                            .chain(v6.map(|(subnet6, _)| subnet6))
+                            .map(|subnet| IpamConfig {
+                                subnet: Some(subnet.to_string()),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
                     ..Default::default()
                 }),
                 ..Default::default()
             })
             .await
             .expect("the test's outside network");
-        let config = "environment: outside\npolicy: {}\nlisten: {proxy: 0.0.0.0:3128, dns: 0.0.0.0:53}\ndns: {answer_v4: 203.0.113.10}\ncontrol: {listen: 127.0.0.1:9901, token: outside-token-0123456789}\nlog: {path: /var/log/af/decisions.jsonl}\n";
+        // `[::]` listens on both families (Linux's default for a v6 socket without V6ONLY).
+        let any = if v6.is_some() { "[::]" } else { "0.0.0.0" };
+        let config = &format!(
+            "environment: outside\npolicy: {{}}\nlisten: {{proxy: '{any}:3128', dns: 0.0.0.0:53}}\ndns: {{answer_v4: 203.0.113.10}}\ncontrol: {{listen: 127.0.0.1:9901, token: outside-token-0123456789}}\nlog: {{path: /var/log/af/decisions.jsonl}}\n"
+        );
         let body = ContainerCreateBody {
             image: Some(image.to_string()),
             user: Some("0".into()),
@@ -86,6 +128,7 @@ impl Outside {
                     EndpointSettings {
                         ipam_config: Some(EndpointIpamConfig {
                             ipv4_address: Some(ip.clone()),
+                            ipv6_address: ip6.clone(),
                             ..Default::default()
                         }),
                         ..Default::default()
@@ -133,6 +176,7 @@ impl Outside {
             .expect("the outside host starts");
         Outside {
             ip,
+            ip6,
             docker: docker.clone(),
             network,
             host,
