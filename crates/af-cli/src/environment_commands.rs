@@ -1,49 +1,17 @@
 //! `af up`, `af down`, `af status`: the manifest's environment on its runtime.
 
-use std::io::Write;
 use std::path::Path;
 
 use af_manifest::{EnvironmentId, Manifest, Provider};
 use af_runtime::{
     Capabilities, Capability, CapturedItem, DecisionQuery, DecisionRecord, Environment,
-    EnvironmentStatus, InboxEntry, ProgressEvent, ProgressSink, Runtime, RuntimeError,
-    WebhookDelivery, WebhookRequest,
+    EnvironmentStatus, InboxEntry, Runtime, RuntimeError, WebhookDelivery, WebhookRequest,
 };
 
 use crate::cli::EnvArgs;
 use crate::environment_name::environment_name;
 use crate::exit::Exit;
 use crate::problem_report;
-
-/// Shows progress: a line per event on standard error, or JSON lines on standard output.
-struct Progress {
-    json: bool,
-}
-
-impl ProgressSink for Progress {
-    fn emit(&self, event: ProgressEvent) {
-        if self.json {
-            if let Ok(line) = serde_json::to_string(&event) {
-                println!("{line}");
-            }
-            return;
-        }
-        let line = match event {
-            ProgressEvent::StepStarted { step, detail } => format!("▸ {step:?}: {detail}"),
-            ProgressEvent::StepFinished {
-                step,
-                detail,
-                elapsed,
-            } => {
-                format!("✓ {step:?} ({:.1}s): {detail}", elapsed.as_secs_f64())
-            }
-            ProgressEvent::Waiting { on, .. } => format!("  waiting for {on}"),
-            ProgressEvent::Url { service, url } => format!("  {service}: {url}"),
-            ProgressEvent::Notice { message } => format!("  note: {message}"),
-        };
-        let _ = writeln!(std::io::stderr(), "{line}");
-    }
-}
 
 pub enum Verb {
     Up,
@@ -86,7 +54,8 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
     let runtime = tokio::runtime::Runtime::new()?;
     let outcome = runtime.block_on(async {
         let platform = connect(&manifest).await?;
-        let progress = Progress { json };
+        let progress = crate::progress::for_invocation(json);
+        let progress = progress.as_ref();
         Ok::<_, RuntimeError>(match verb {
             Verb::Up => {
                 let environment = Environment {
@@ -94,14 +63,14 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
                     manifest: manifest.clone(),
                     manifest_dir: dir.to_path_buf(),
                 };
-                let report = platform.up(&environment, &progress).await?;
+                let report = platform.up(&environment, progress).await?;
                 if report.unchanged && !json {
                     eprintln!("nothing changed: the environment was already as the manifest says");
                 }
                 Answer::Status(report.status)
             }
             Verb::Down => {
-                platform.down(&id, &progress).await?;
+                platform.down(&id, progress).await?;
                 Answer::Removed
             }
             Verb::Status => Answer::Status(platform.status(&id).await?),

@@ -5,6 +5,7 @@ mod environment_commands;
 mod environment_name;
 mod exit;
 mod problem_report;
+mod progress;
 mod validate;
 
 use std::process::ExitCode;

@@ -241,7 +241,8 @@ impl Runtime for LocalRuntime {
                     service.replicas,
                     if service.replicas == 1 { "" } else { "s" }
                 );
-                Self::step(progress, Step::Services, &detail, async {
+                let detail = &detail;
+                Self::step(progress, Step::Services, detail, async {
                     // Instances are independent of each other: all start at once.
                     let addresses = futures_util::future::try_join_all((0..service.replicas).map(
                         |index| async move {
@@ -251,6 +252,7 @@ impl Runtime for LocalRuntime {
                             if let Some(port) = service.port {
                                 progress.emit(ProgressEvent::Waiting {
                                     step: Step::Readiness,
+                                    within: detail.clone(),
                                     on: format!("{} port {port}", instance.app),
                                     elapsed: Duration::ZERO,
                                 });

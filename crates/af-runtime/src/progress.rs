@@ -40,6 +40,9 @@ pub enum ProgressEvent {
     /// Still waiting, and on what; repeated while the wait lasts so a person sees it is alive.
     Waiting {
         step: Step,
+        /// The detail of the started step this wait is part of (a service's readiness is part of
+        /// starting that service), so a display can show the wait on that step's line.
+        within: String,
         on: String,
         #[serde(with = "millis")]
         elapsed: Duration,
@@ -79,12 +82,13 @@ mod tests {
     fn events_serialize_as_tagged_json_lines() {
         let event = ProgressEvent::Waiting {
             step: Step::Readiness,
+            within: "web (2 instances)".into(),
             on: "web (1/2 ready)".into(),
             elapsed: Duration::from_millis(1500),
         };
         assert_eq!(
             serde_json::to_string(&event).unwrap(),
-            r#"{"event":"waiting","step":"readiness","on":"web (1/2 ready)","elapsed":1500}"#
+            r#"{"event":"waiting","step":"readiness","within":"web (2 instances)","on":"web (1/2 ready)","elapsed":1500}"#
         );
     }
 }
