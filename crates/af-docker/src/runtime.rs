@@ -509,6 +509,13 @@ pub fn wanted_capabilities(manifest: &af_manifest::Manifest) -> Vec<Capability> 
         ),
         Capability::ContainerDatabase,
     );
+    want(
+        matches!(
+            manifest.database.as_ref().map(|d| &d.provider),
+            Some(af_manifest::DatabaseProvider::External { .. })
+        ),
+        Capability::ExternalDatabase,
+    );
     wanted
 }
 
@@ -538,6 +545,15 @@ mod tests {
         assert_eq!(
             wanted_capabilities(&with_database),
             [Capability::ContainerDatabase]
+        );
+        let external = af_manifest::parse(
+            "name: app\nruntime: {provider: local}\nservices: {api: {image: a}}\ndatabase: {provider: external, url_from_env: DB}\n",
+            "af.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            wanted_capabilities(&external),
+            [Capability::ExternalDatabase]
         );
         let runtime_caps = Capabilities::new("local", [Capability::NetLog]);
         let err = runtime_caps.require(Capability::Migrations).unwrap_err();

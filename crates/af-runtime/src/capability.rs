@@ -20,6 +20,9 @@ pub enum Capability {
     PreviewUrls,
     /// `database.provider: container`: a database branch running beside the environment.
     ContainerDatabase,
+    /// `database.provider: external`: services handed a connection string to a database outside
+    /// the environment, and a route to it.
+    ExternalDatabase,
     /// `migrate`: a command run once before a service starts.
     Migrations,
     /// `cron`: services run on a schedule.
@@ -45,6 +48,9 @@ impl Capability {
             Capability::PreviewUrls => "preview URLs for web services",
             Capability::ContainerDatabase => {
                 "a database branch in a container (database.provider: container)"
+            }
+            Capability::ExternalDatabase => {
+                "an external database (database.provider: external): its services reach outside only through the sidecar's HTTP proxy, so a connection string would never connect"
             }
             Capability::AnyStatusIsReady => "treating any HTTP status on health_path as ready",
             Capability::Migrations => "migrations (services.<name>.migrate) yet",
