@@ -11,6 +11,7 @@
 //!   binary.
 //! - `gate`: before a workload starts, prove the sidecar answers and every escape route is denied.
 //! - `probe`: try every escape route once; the per-environment containment check.
+//! - `agent`, `call`: the conformance suite's workload and its one-shot caller (test use only).
 //!
 //! `gate` and `probe` print one JSON verdict line on standard output and exit 0 only when every
 //! route was seen denied.
@@ -118,6 +119,33 @@ enum Command {
     Probe {
         #[command(flatten)]
         targets: TargetArgs,
+    },
+    /// The conformance suite's workload: answers HTTP and, from inside its environment, does what
+    /// it is asked (try routes, fetch, tunnel, ask DNS, send mail, tamper). For tests only.
+    #[command(hide = true)]
+    Agent {
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        listen: SocketAddr,
+        /// The status /healthz answers.
+        #[arg(long, default_value_t = 200)]
+        health_status: u16,
+        /// A UDP DNS query to this resolver before anything else (the startup window).
+        #[arg(long)]
+        first_udp_dns: Option<SocketAddr>,
+        /// POST to these URLs once listening (repeat for several).
+        #[arg(long)]
+        announce: Vec<String>,
+        /// Wait this long before listening.
+        #[arg(long, default_value_t = 0)]
+        listen_after_ms: u64,
+    },
+    /// POST to URL (directly, retrying for up to 30 s until it answers 2xx), print the answer,
+    /// then exit with EXIT_WITH, or 1 if the call never succeeded. For tests only.
+    #[command(hide = true)]
+    Call {
+        url: String,
+        #[arg(long, default_value_t = 0)]
+        exit_with: u8,
     },
 }
 
@@ -232,6 +260,40 @@ fn main() -> ExitCode {
             };
             let verdict = run_gate(&settings, &targets.targets().routes());
             print_verdict(&verdict, verdict.passed)
+        }
+        Command::Agent {
+            listen,
+            health_status,
+            first_udp_dns,
+            announce,
+            listen_after_ms,
+        } => {
+            let settings = af_guard::agent::AgentSettings {
+                listen,
+                health_status,
+                first_udp_dns,
+                announce,
+                listen_after: Duration::from_millis(listen_after_ms),
+            };
+            match af_guard::agent::serve(&settings) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("af-proxy agent: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Call { url, exit_with } => {
+            let answer = af_guard::agent_actions::post_with_retries(&url, Duration::from_secs(30));
+            println!("{answer}");
+            let succeeded = answer["answer"]["status"]
+                .as_u64()
+                .is_some_and(|s| (200..300).contains(&s));
+            if succeeded {
+                ExitCode::from(exit_with)
+            } else {
+                ExitCode::FAILURE
+            }
         }
         Command::Probe { targets } => {
             let verdict = af_guard::probe::probe(
