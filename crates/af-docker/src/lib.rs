@@ -16,6 +16,7 @@ pub mod schedule;
 pub mod service;
 pub mod sidecar;
 pub mod teardown;
+pub mod test_hosts;
 
 pub use error::DockerError;
 pub use runtime::LocalRuntime;

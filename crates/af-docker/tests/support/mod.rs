@@ -2,18 +2,13 @@
 
 #![allow(dead_code, reason = "each test file uses its own part")]
 
-use std::collections::HashMap;
-
 use af_docker::teardown;
+use af_docker::test_hosts::{HostSpec, OutsideHost, Program};
 use af_manifest::EnvironmentId;
 use bollard::Docker;
-use bollard::models::{
-    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig,
-    NetworkCreateRequest, NetworkingConfig,
-};
 
-/// The test's own "outside": an internal network at TEST-NET-3 with one host on it running the
-/// sidecar program as a TCP and DNS server. Removed when dropped.
+/// The test's own "outside": an internal network with one host on it running the sidecar program
+/// as a TCP and DNS server ([`af_docker::test_hosts`]). Removed when dropped.
 pub struct Outside {
     pub ip: String,
     /// The host's IPv6 address, on a dual-stack outside network.
@@ -21,6 +16,7 @@ pub struct Outside {
     pub docker: Docker,
     pub network: String,
     pub host: String,
+    inner: OutsideHost,
 }
 
 impl Outside {
@@ -37,7 +33,9 @@ impl Outside {
         subnet: &str,
         host_number: u8,
     ) -> Outside {
-        Self::create_with(docker, image, tag, subnet, host_number, None).await
+        let mut spec = HostSpec::new(tag, subnet, Program::Server);
+        spec.host_number = host_number;
+        Self::from_spec(docker, image, &spec).await
     }
 
     /// A host at `.10` of `subnet` and at `subnet6`'s address `<prefix>::<host6>` (a /64), on a
@@ -50,162 +48,36 @@ impl Outside {
         subnet6: &str,
         host6: &str,
     ) -> Outside {
-        Self::create_with(docker, image, tag, subnet, 10, Some((subnet6, host6))).await
+        let mut spec = HostSpec::new(tag, subnet, Program::Server);
+        spec.v6 = Some((subnet6.to_string(), host6.to_string()));
+        Self::from_spec(docker, image, &spec).await
     }
 
-    async fn create_with(
-        docker: &Docker,
-        image: &str,
-        tag: &str,
-        subnet: &str,
-        host_number: u8,
-        v6: Option<(&str, &str)>,
-    ) -> Outside {
-        let ip6 = v6.map(|(subnet6, host6)| {
-            let prefix = subnet6
-                .split_once("::")
-                .map_or(subnet6, |(prefix, _)| prefix);
-            format!("{prefix}::{host6}")
-        });
-        let ip = format!(
-            "{}.{host_number}",
-            subnet.rsplit_once('.').map_or(subnet, |(net, _)| net)
-        );
-        let network = format!("af-test-{tag}-{}-public", std::process::id());
-        let host = format!("{network}-host");
-        let _ = docker
-            .remove_container(
-                &host,
-                Some(bollard::query_parameters::RemoveContainerOptions {
-                    force: true,
-                    ..Default::default()
-                }),
-            )
-            .await;
-        let _ = docker.remove_network(&network).await;
-        docker
-            .create_network(NetworkCreateRequest {
-                name: network.clone(),
-                driver: Some("bridge".into()),
-                internal: Some(true),
-                enable_ipv6: Some(v6.is_some()),
-                ipam: Some(Ipam {
-                    config: Some(
-                        std::iter::once(subnet)
-                            .chain(v6.map(|(subnet6, _)| subnet6))
-                            .map(|subnet| IpamConfig {
-                                subnet: Some(subnet.to_string()),
-                                ..Default::default()
-                            })
-                            .collect(),
-                    ),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
+    async fn from_spec(docker: &Docker, image: &str, spec: &HostSpec) -> Outside {
+        let inner = OutsideHost::create(docker, image, spec)
             .await
-            .expect("the test's outside network");
-        // `[::]` listens on both families (Linux's default for a v6 socket without V6ONLY).
-        let any = if v6.is_some() { "[::]" } else { "0.0.0.0" };
-        let config = &format!(
-            "environment: outside\npolicy: {{}}\nlisten: {{proxy: '{any}:3128', dns: 0.0.0.0:53}}\ndns: {{answer_v4: 203.0.113.10}}\ncontrol: {{listen: 127.0.0.1:9901, token: outside-token-0123456789}}\nlog: {{path: /var/log/af/decisions.jsonl}}\n"
-        );
-        let body = ContainerCreateBody {
-            image: Some(image.to_string()),
-            user: Some("0".into()),
-            cmd: Some(vec![
-                "serve".into(),
-                "--config".into(),
-                "/etc/af/outside.yaml".into(),
-            ]),
-            host_config: Some(HostConfig {
-                network_mode: Some(network.clone()),
-                ..Default::default()
-            }),
-            networking_config: Some(NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(
-                    network.clone(),
-                    EndpointSettings {
-                        ipam_config: Some(EndpointIpamConfig {
-                            ipv4_address: Some(ip.clone()),
-                            ipv6_address: ip6.clone(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                )])),
-            }),
-            ..Default::default()
-        };
-        docker
-            .create_container(
-                Some(bollard::query_parameters::CreateContainerOptions {
-                    name: Some(host.clone()),
-                    ..Default::default()
-                }),
-                body,
-            )
-            .await
-            .expect("the outside host");
-        let mut archive = tar::Builder::new(Vec::new());
-        let mut header = tar::Header::new_gnu();
-        header.set_size(config.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        archive
-            .append_data(&mut header, "etc/af/outside.yaml", config.as_bytes())
-            .unwrap();
-        let options = bollard::query_parameters::UploadToContainerOptions {
-            path: "/".into(),
-            ..Default::default()
-        };
-        docker
-            .upload_to_container(
-                &host,
-                Some(options),
-                bollard::body_full(archive.into_inner().unwrap().into()),
-            )
-            .await
-            .expect("the outside host's configuration");
-        docker
-            .start_container(
-                &host,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .expect("the outside host starts");
+            .expect("the test's outside host");
         Outside {
-            ip,
-            ip6,
+            ip: inner.ip.clone(),
+            ip6: inner.ip6.clone(),
             docker: docker.clone(),
-            network,
-            host,
+            network: inner.network.clone(),
+            host: inner.host.clone(),
+            inner,
         }
     }
 }
 
 impl Drop for Outside {
     fn drop(&mut self) {
-        let (docker, network, host) =
-            (self.docker.clone(), self.network.clone(), self.host.clone());
+        let (docker, inner) = (self.docker.clone(), self.inner.clone());
         // Drop cannot await; a short runtime of its own removes the test's objects.
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
-            runtime.block_on(async {
-                let _ = docker
-                    .remove_container(
-                        &host,
-                        Some(bollard::query_parameters::RemoveContainerOptions {
-                            force: true,
-                            ..Default::default()
-                        }),
-                    )
-                    .await;
-                let _ = docker.remove_network(&network).await;
-            });
+            runtime.block_on(inner.remove(&docker));
         })
         .join()
         .unwrap();

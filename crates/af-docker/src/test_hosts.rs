@@ -1,0 +1,218 @@
+//! Hosts that stand for "the outside" in tests and in the conformance suite: a container on an
+//! internal network the caller makes, at an address the caller chooses (TEST-NET, 169.254.169.254,
+//! a private range, IPv6 documentation or ULA prefixes), running the engine image as a TCP, DNS
+//! and UDP server (`serve`) or as the conformance agent (an HTTP origin). No packet sent to them
+//! can leave the machine, which is the point: tests never aim at real outside addresses.
+
+use std::collections::HashMap;
+
+use bollard::Docker;
+use bollard::models::{
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig,
+    NetworkCreateRequest, NetworkingConfig,
+};
+
+use crate::error::{DockerError, platform};
+
+/// What the host runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Program {
+    /// `af-proxy serve`: an HTTP proxy on 3128 (any TCP connection is answered) and DNS on 53.
+    Server,
+    /// `af-proxy agent` on 8080: an HTTP origin answering `/boot`, `/seen` and the rest.
+    Origin,
+}
+
+/// Where and what the host is.
+#[derive(Clone, Debug)]
+pub struct HostSpec {
+    /// Unique within the caller's run: names the network and the host.
+    pub tag: String,
+    /// An IPv4 /24; the host is at `.host_number`.
+    pub subnet: String,
+    pub host_number: u8,
+    /// A dual-stack network: an IPv6 /64 and the host's interface identifier (`"10"` gives
+    /// `<prefix>::10`).
+    pub v6: Option<(String, String)>,
+    /// Names the host answers to on its network (Docker's resolver answers them to containers
+    /// attached to it).
+    pub aliases: Vec<String>,
+    pub program: Program,
+}
+
+impl HostSpec {
+    pub fn new(tag: &str, subnet: &str, program: Program) -> HostSpec {
+        HostSpec {
+            tag: tag.to_string(),
+            subnet: subnet.to_string(),
+            host_number: 10,
+            v6: None,
+            aliases: Vec::new(),
+            program,
+        }
+    }
+}
+
+/// A running outside host and its network.
+#[derive(Clone, Debug)]
+pub struct OutsideHost {
+    pub ip: String,
+    pub ip6: Option<String>,
+    pub network: String,
+    pub host: String,
+}
+
+/// The sidecar program's configuration for a [`Program::Server`] host.
+fn server_config(any: &str) -> String {
+    format!(
+        "environment: outside\npolicy: {{}}\nlisten: {{proxy: '{any}:3128', dns: 0.0.0.0:53}}\ndns: {{answer_v4: 203.0.113.10}}\ncontrol: {{listen: 127.0.0.1:9901, token: outside-token-0123456789}}\nlog: {{path: /tmp/decisions.jsonl}}\n"
+    )
+}
+
+impl OutsideHost {
+    /// Creates the network (replacing a leftover of the same name) and starts the host.
+    pub async fn create(
+        docker: &Docker,
+        image: &str,
+        spec: &HostSpec,
+    ) -> Result<OutsideHost, DockerError> {
+        let ip = format!(
+            "{}.{}",
+            spec.subnet
+                .rsplit_once('.')
+                .map_or(spec.subnet.as_str(), |(net, _)| net),
+            spec.host_number
+        );
+        let ip6 = spec.v6.as_ref().map(|(subnet6, host6)| {
+            let prefix = subnet6
+                .split_once("::")
+                .map_or(subnet6.as_str(), |(prefix, _)| prefix);
+            format!("{prefix}::{host6}")
+        });
+        let network = format!("af-test-{}-{}-outside", spec.tag, std::process::id());
+        let host = format!("{network}-host");
+        let outside = OutsideHost {
+            ip: ip.clone(),
+            ip6: ip6.clone(),
+            network: network.clone(),
+            host: host.clone(),
+        };
+        outside.remove(docker).await;
+        let subnets =
+            std::iter::once(spec.subnet.clone()).chain(spec.v6.iter().map(|(s, _)| s.clone()));
+        docker
+            .create_network(NetworkCreateRequest {
+                name: network.clone(),
+                driver: Some("bridge".into()),
+                internal: Some(true),
+                enable_ipv6: Some(spec.v6.is_some()),
+                ipam: Some(Ipam {
+                    config: Some(
+                        subnets
+                            .map(|subnet| IpamConfig {
+                                subnet: Some(subnet),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| platform(format!("creating the test network {network}"), e))?;
+        // `[::]` listens on both families (Linux's default for a v6 socket without V6ONLY).
+        let any = if spec.v6.is_some() { "[::]" } else { "0.0.0.0" };
+        let cmd = match spec.program {
+            Program::Server => vec![
+                "serve".to_string(),
+                "--config-text".to_string(),
+                server_config(any),
+            ],
+            Program::Origin => vec![
+                "agent".to_string(),
+                "--listen".to_string(),
+                format!("{any}:8080"),
+            ],
+        };
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            // Port 53 needs root; the engine image runs as 1337 otherwise.
+            user: Some("0".into()),
+            cmd: Some(cmd),
+            host_config: Some(HostConfig {
+                network_mode: Some(network.clone()),
+                ..Default::default()
+            }),
+            networking_config: Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    network.clone(),
+                    EndpointSettings {
+                        aliases: Some(spec.aliases.clone()),
+                        ipam_config: Some(EndpointIpamConfig {
+                            ipv4_address: Some(ip),
+                            ipv6_address: ip6,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                )])),
+            }),
+            ..Default::default()
+        };
+        docker
+            .create_container(
+                Some(bollard::query_parameters::CreateContainerOptions {
+                    name: Some(host.clone()),
+                    ..Default::default()
+                }),
+                body,
+            )
+            .await
+            .map_err(|e| platform(format!("creating the test host {host}"), e))?;
+        docker
+            .start_container(
+                &host,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| platform(format!("starting the test host {host}"), e))?;
+        Ok(outside)
+    }
+
+    /// Attaches `container` to this host's network, optionally under `aliases`.
+    pub async fn attach(
+        &self,
+        docker: &Docker,
+        container: &str,
+        aliases: &[String],
+    ) -> Result<(), DockerError> {
+        docker
+            .connect_network(
+                &self.network,
+                bollard::models::NetworkConnectRequest {
+                    container: container.to_string(),
+                    endpoint_config: Some(EndpointSettings {
+                        aliases: Some(aliases.to_vec()),
+                        ..Default::default()
+                    }),
+                },
+            )
+            .await
+            .map_err(|e| platform(format!("attaching {container} to {}", self.network), e))
+    }
+
+    /// Removes the host and its network; what is already gone is fine.
+    pub async fn remove(&self, docker: &Docker) {
+        let _ = docker
+            .remove_container(
+                &self.host,
+                Some(bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+        let _ = docker.remove_network(&self.network).await;
+    }
+}
