@@ -125,6 +125,61 @@ pub async fn list(docker: &Docker, env: &EnvironmentId) -> Result<Vec<String>, D
         .collect())
 }
 
+/// What a service's refusal rules need to know of its network: the environment's subnets, and
+/// the addresses in them that are the platform's own (the bridge's gateway: the host).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    pub subnets: Vec<String>,
+    pub gateways: Vec<String>,
+}
+
+impl Layout {
+    /// The arguments of `af-proxy refuse-outside` on this network.
+    pub fn refusal_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "refuse-outside".to_string(),
+            "--interface".to_string(),
+            "eth0".to_string(),
+        ];
+        for subnet in &self.subnets {
+            args.extend(["--subnet".to_string(), subnet.clone()]);
+        }
+        for gateway in &self.gateways {
+            args.extend(["--platform-side".to_string(), gateway.clone()]);
+        }
+        args
+    }
+}
+
+/// A network's subnets and gateways. Docker reports each subnet's gateway; one it does not report
+/// is Docker's default, the subnet's first address.
+pub async fn layout(docker: &Docker, name: &str) -> Result<Layout, DockerError> {
+    let network = docker
+        .inspect_network(
+            name,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+        .map_err(|e| platform(format!("inspecting network {name}"), e))?;
+    let mut layout = Layout::default();
+    for config in network
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .unwrap_or_default()
+    {
+        let Some(subnet) = config.subnet else {
+            continue;
+        };
+        let gateway = config
+            .gateway
+            .filter(|g| !g.is_empty())
+            .or_else(|| crate::sidecar::host_in(&subnet, 1).map(|ip| ip.to_string()));
+        layout.gateways.extend(gateway);
+        layout.subnets.push(subnet);
+    }
+    Ok(layout)
+}
+
 /// The subnets of a network, as CIDR text.
 pub async fn subnets(docker: &Docker, name: &str) -> Result<Vec<String>, DockerError> {
     let network = docker

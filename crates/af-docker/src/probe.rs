@@ -45,34 +45,26 @@ pub async fn run(
     targets: Vec<String>,
 ) -> Result<ContainmentSummary, DockerError> {
     let holder = one_shot::start_holder(docker, env, "probe-holder", image, network).await?;
-    let subnets = networks::subnets(docker, network).await?;
-    let result = run_in(docker, env, image, &holder, &subnets, targets).await;
+    let layout = networks::layout(docker, network).await?;
+    let result = run_in(docker, env, image, &holder, &layout, targets).await;
     one_shot::remove(docker, &holder).await?;
     result
 }
 
-/// Runs the probe in `holder`'s namespace, after the refusal rules for `subnets`.
+/// Runs the probe in `holder`'s namespace, after the refusal rules for its network's `layout`.
 pub async fn run_in(
     docker: &Docker,
     env: &EnvironmentId,
     image: &str,
     holder: &str,
-    subnets: &[String],
+    layout: &networks::Layout,
     targets: Vec<String>,
 ) -> Result<ContainmentSummary, DockerError> {
     let joined = format!("container:{holder}");
-    let mut refuse = vec![
-        "refuse-outside".to_string(),
-        "--interface".to_string(),
-        "eth0".to_string(),
-    ];
-    for subnet in subnets {
-        refuse.extend(["--subnet".to_string(), subnet.clone()]);
-    }
     let refusal = OneShot {
         role: "probe-refusal".to_string(),
         image: image.to_string(),
-        args: refuse,
+        args: layout.refusal_args(),
         network_mode: joined.clone(),
         net_admin: true,
         ..Default::default()

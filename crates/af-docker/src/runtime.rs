@@ -157,14 +157,14 @@ impl Runtime for LocalRuntime {
             networks::ensure(docker, env),
         )
         .await?;
-        let subnets = networks::subnets(docker, &internal)
+        let layout = networks::layout(docker, &internal)
             .await
             .map_err(RuntimeError::from)?;
         // E6 locally: the host's side of the services' network, where a Docker API would listen.
-        let platform_api = subnets
+        let platform_api = layout
+            .gateways
             .iter()
-            .find(|s| !s.contains(':'))
-            .and_then(|s| sidecar::host_in(s, 1))
+            .find(|g| !g.contains(':'))
             .map(|gateway| format!("{gateway}:2375"));
         let mut targets = self.probe_targets.clone();
         if !targets.iter().any(|t| t == "--platform-api")
@@ -208,7 +208,7 @@ impl Runtime for LocalRuntime {
             env,
             engine_image: &image,
             internal: &internal,
-            subnets: &subnets,
+            layout: &layout,
             sidecar: &sidecar,
             gate_targets: &targets,
             no_proxy: &no_proxy,

@@ -30,7 +30,8 @@ pub struct Placement<'a> {
     pub env: &'a EnvironmentId,
     pub engine_image: &'a str,
     pub internal: &'a str,
-    pub subnets: &'a [String],
+    /// The services' network: its subnets and the platform's own addresses in them.
+    pub layout: &'a crate::networks::Layout,
     pub sidecar: &'a Sidecar,
     pub gate_targets: &'a [String],
     /// The `NO_PROXY` list every service gets: loopback and the environment's service names.
@@ -136,7 +137,7 @@ fn instance_spec(
             environment
         ),
         &format!("{:?} {:?}", service.resources.cpu, service.resources.memory),
-        &at.subnets.join(","),
+        &format!("{:?}", at.layout),
         // The instance carries its service's replica count (status reads it back), so a new
         // count is a new specification.
         &service.replicas.to_string(),
@@ -187,18 +188,10 @@ async fn pod(
     one_shot::create_and_start(docker, &holder, body, &[]).await?;
     let joined = format!("container:{holder}");
 
-    let mut refuse = vec![
-        "refuse-outside".to_string(),
-        "--interface".to_string(),
-        "eth0".to_string(),
-    ];
-    for subnet in at.subnets {
-        refuse.extend(["--subnet".to_string(), subnet.clone()]);
-    }
     let refusal = OneShot {
         role: format!("{holder_role}-refusal"),
         image: at.engine_image.to_string(),
-        args: refuse,
+        args: at.layout.refusal_args(),
         network_mode: joined.clone(),
         net_admin: true,
         ..Default::default()

@@ -17,7 +17,8 @@ use crate::error::{DockerError, platform};
 /// What the host runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Program {
-    /// `af-proxy serve`: an HTTP proxy on 3128 (any TCP connection is answered) and DNS on 53.
+    /// `af-proxy serve`: an HTTP proxy on 3128 (any TCP connection is answered), DNS on 53, and a
+    /// listener on 853 where a DNS-over-TLS resolver would be.
     Server,
     /// `af-proxy agent` on 8080: an HTTP origin answering `/boot`, `/seen` and the rest.
     Origin,
@@ -65,7 +66,7 @@ pub struct OutsideHost {
 /// The sidecar program's configuration for a [`Program::Server`] host.
 fn server_config(any: &str) -> String {
     format!(
-        "environment: outside\npolicy: {{}}\nlisten: {{proxy: '{any}:3128', dns: 0.0.0.0:53}}\ndns: {{answer_v4: 203.0.113.10}}\ncontrol: {{listen: 127.0.0.1:9901, token: outside-token-0123456789}}\nlog: {{path: /tmp/decisions.jsonl}}\n"
+        "environment: outside\npolicy: {{}}\nlisten: {{proxy: '{any}:3128', dns: 0.0.0.0:53, smtp: ['{any}:853']}}\ndns: {{answer_v4: 203.0.113.10}}\ncontrol: {{listen: 127.0.0.1:9901, token: outside-token-0123456789}}\nlog: {{path: /tmp/decisions.jsonl}}\n"
     )
 }
 

@@ -77,8 +77,8 @@ async fn the_probe_sees_every_route_denied_and_refuses_a_leaky_setup_naming_the_
         )
         .await
         .expect("attaching the holder to the outside network");
-    let subnets = networks::subnets(&docker, &internal).await.unwrap();
-    let leaky = probe::run_in(&docker, &env, &image, &holder, &subnets, targets())
+    let layout = networks::layout(&docker, &internal).await.unwrap();
+    let leaky = probe::run_in(&docker, &env, &image, &holder, &layout, targets())
         .await
         .expect_err("a leaky setup must be refused");
     let (code_seen, message) = code(leaky);

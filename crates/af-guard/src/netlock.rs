@@ -186,10 +186,20 @@ fn apply_plan(family: Family, planned: &str) -> Result<FamilyOutcome, NetlockErr
 }
 
 /// The refusal rules of a service's namespace (see [`refusal_plan`]), applied like netlock's.
-pub fn apply_refusal(interface: &str, subnets: &[String]) -> Result<NetlockReport, NetlockError> {
+pub fn apply_refusal(
+    interface: &str,
+    subnets: &[String],
+    platform_side: &[String],
+) -> Result<NetlockReport, NetlockError> {
     let (_, version, _) = run("iptables", &["--version"], None)?;
-    let ipv4 = apply_plan(Family::V4, &refusal_plan(Family::V4, interface, subnets))?;
-    let ipv6 = match apply_plan(Family::V6, &refusal_plan(Family::V6, interface, subnets)) {
+    let ipv4 = apply_plan(
+        Family::V4,
+        &refusal_plan(Family::V4, interface, subnets, platform_side),
+    )?;
+    let ipv6 = match apply_plan(
+        Family::V6,
+        &refusal_plan(Family::V6, interface, subnets, platform_side),
+    ) {
         Ok(outcome) => outcome,
         Err(_) if ipv6_disabled() => FamilyOutcome::Ipv6Disabled,
         Err(err) => return Err(err),

@@ -69,13 +69,41 @@ pub fn plan(family: Family, proxy_uid: u32) -> String {
 /// instead of vanishing at the host. It takes nothing away that the network allowed (those
 /// packets were dropped anyway) and adds nothing on any other interface, so a namespace that is
 /// wrongly attached elsewhere still shows its leak to the probe.
-pub fn refusal_plan(family: Family, interface: &str, subnets: &[String]) -> String {
+///
+/// `platform_side` are addresses inside those subnets that are not the environment's: the
+/// platform's own (on Docker, the bridge's gateway, which is the host). They are refused like the
+/// outside, before the subnets are let through: a service reaching the host's side reaches every
+/// host listener bound to all interfaces.
+pub fn refusal_plan(
+    family: Family,
+    interface: &str,
+    subnets: &[String],
+    platform_side: &[String],
+) -> String {
     let mut lines = vec![
         "*filter".to_string(),
         ":INPUT ACCEPT [0:0]".to_string(),
         ":FORWARD ACCEPT [0:0]".to_string(),
         ":OUTPUT ACCEPT [0:0]".to_string(),
     ];
+    for address in platform_side {
+        if address.contains(':') == (family == Family::V6) {
+            // As iptables-save writes a host back, so the read-back compares equal.
+            let address = match (address.contains('/'), family) {
+                (true, _) => address.clone(),
+                (false, Family::V4) => format!("{address}/32"),
+                (false, Family::V6) => format!("{address}/128"),
+            };
+            // Replies to connections the platform opened (its readiness checks) still go back.
+            lines.push(format!(
+                "-A OUTPUT -d {address} -o {interface} -m conntrack --ctstate ESTABLISHED -j ACCEPT"
+            ));
+            lines.push(format!(
+                "-A OUTPUT -d {address} -o {interface} -p tcp -j REJECT --reject-with tcp-reset"
+            ));
+            lines.push(format!("-A OUTPUT -d {address} -o {interface} -j DROP"));
+        }
+    }
     for subnet in subnets {
         let is_v6 = subnet.contains(':');
         if is_v6 == (family == Family::V6) {
@@ -155,12 +183,13 @@ mod tests {
             .unwrap()
         };
         let subnets = ["172.20.0.0/16".to_string()];
+        let gateway = ["172.20.0.1".to_string()];
         assert_eq!(
-            refusal_plan(Family::V4, "eth0", &subnets),
+            refusal_plan(Family::V4, "eth0", &subnets, &gateway),
             golden("refusal-v4.rules")
         );
         assert_eq!(
-            refusal_plan(Family::V6, "eth0", &subnets),
+            refusal_plan(Family::V6, "eth0", &subnets, &gateway),
             golden("refusal-v6.rules")
         );
     }

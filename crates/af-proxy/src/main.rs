@@ -73,6 +73,10 @@ enum Command {
         /// The environment's own networks (repeat for several).
         #[arg(long = "subnet", required = true)]
         subnets: Vec<String>,
+        /// Addresses inside those subnets that are the platform's own (the host's side of the
+        /// network: its gateway), refused like the outside (repeat for several).
+        #[arg(long = "platform-side")]
+        platform_side: Vec<String>,
     },
     /// Hold a network namespace open for the containers that join it; exits on SIGTERM.
     Hold,
@@ -220,9 +224,15 @@ fn main() -> ExitCode {
             serve(loaded)
         }
         Command::Netlock { proxy_uid } => netlock(af_guard::netlock::apply(proxy_uid)),
-        Command::RefuseOutside { interface, subnets } => {
-            netlock(af_guard::netlock::apply_refusal(&interface, &subnets))
-        }
+        Command::RefuseOutside {
+            interface,
+            subnets,
+            platform_side,
+        } => netlock(af_guard::netlock::apply_refusal(
+            &interface,
+            &subnets,
+            &platform_side,
+        )),
         Command::Hold => hold(),
         Command::Cron { schedule, command } => match af_manifest::parse_cron(&schedule) {
             Ok(schedule) => cron::run(&schedule, &command),

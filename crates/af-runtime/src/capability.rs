@@ -34,6 +34,9 @@ pub enum Capability {
     /// Readiness counts any HTTP answer on `health_path` (the local runtime); without it, only
     /// 2xx/3xx count (Kubernetes decides readiness itself).
     AnyStatusIsReady,
+    /// Readiness counts only 2xx/3xx answers on `health_path` (Kubernetes, which decides
+    /// readiness itself); the other half of the documented local/Kubernetes difference.
+    HealthMustSucceed,
 }
 
 impl Capability {
@@ -53,6 +56,9 @@ impl Capability {
                 "an external database (database.provider: external): its services reach outside only through the sidecar's HTTP proxy, so a connection string would never connect"
             }
             Capability::AnyStatusIsReady => "treating any HTTP status on health_path as ready",
+            Capability::HealthMustSucceed => {
+                "counting only 2xx/3xx on health_path as ready (it treats any status as ready)"
+            }
             Capability::Migrations => "migrations (services.<name>.migrate) yet",
             Capability::CronSchedules => "cron schedules (services.<name>.cron) yet",
             Capability::HealthPaths => "readiness over health_path yet",
@@ -79,6 +85,11 @@ impl Capabilities {
             runtime: runtime.into(),
             supported: supported.into_iter().collect(),
         }
+    }
+
+    /// The runtime's name, as errors carry it.
+    pub fn runtime(&self) -> &str {
+        &self.runtime
     }
 
     pub fn supports(&self, capability: Capability) -> bool {

@@ -1,0 +1,235 @@
+//! Egress: what the sidecar allows, captures and denies, what it records, and what it delivers.
+
+use af_runtime::{Capability, CapturedItem, DecisionQuery, Verdict};
+use serde_json::{Value, json};
+
+use super::{check, fetch, main_env, require};
+use crate::behaviour::{Area, Behaviour};
+use crate::context::Ctx;
+use crate::fixtures::{CAPTURED_BODY, CAPTURED_NAME, DENIED_NAME, MAIL_NAME};
+use crate::harness::ORIGIN_NAME;
+
+pub fn all() -> Vec<Behaviour> {
+    let b = |name, needs, proves, check| Behaviour {
+        name,
+        area: Area::Egress,
+        needs,
+        proves,
+        check,
+    };
+    vec![
+        b(
+            "egress_allowed_host_is_reached",
+            None,
+            "a request through the sidecar to an allowed host reaches that host and brings its answer back",
+            allowed,
+        ),
+        b(
+            "egress_unlisted_host_is_denied",
+            None,
+            "a request through the sidecar to a host on no list is refused (403)",
+            denied,
+        ),
+        b(
+            "egress_captured_host_is_answered_by_the_sidecar",
+            None,
+            "a request to a captured host gets the manifest's canned answer, from the sidecar",
+            captured,
+        ),
+        b(
+            "egress_decisions_are_logged",
+            Some(Capability::NetLog),
+            "every decision (allow, capture, deny) is in the decision log with host and verdict",
+            logged,
+        ),
+        b(
+            "egress_captured_request_is_in_the_inbox",
+            Some(Capability::Inbox),
+            "a captured request is kept whole (method, path, body) in the inbox",
+            inbox_http,
+        ),
+        b(
+            "egress_mail_is_captured_into_the_inbox",
+            Some(Capability::Inbox),
+            "outbound mail is accepted by the sidecar and kept in the inbox, parsed",
+            inbox_mail,
+        ),
+        b(
+            "egress_webhook_reaches_the_service",
+            Some(Capability::WebhookTrigger),
+            "the sidecar delivers a request to a service as a third party would, and returns its answer",
+            webhook,
+        ),
+        b(
+            "egress_webhook_is_recorded",
+            Some(Capability::NetLog),
+            "a delivered webhook is in the decision log",
+            webhook_logged,
+        ),
+    ]
+}
+
+check!(allowed, ctx, {
+    let id = main_env(ctx).await?;
+    let answer = fetch(
+        ctx,
+        &id,
+        "agent",
+        &format!("http://{ORIGIN_NAME}:8080/boot"),
+        true,
+    )
+    .await?;
+    require(answer["status"] == 200, || format!("{answer}"))?;
+    let body: Value = serde_json::from_str(answer["body"].as_str().unwrap_or_default())
+        .map_err(|e| format!("{e}: {answer}"))?;
+    require(body["boot"].is_string(), || {
+        format!("not the origin's answer: {answer}")
+    })?;
+    Ok(format!("the origin answered: {}", body["boot"]))
+});
+
+check!(denied, ctx, {
+    let id = main_env(ctx).await?;
+    let answer = fetch(ctx, &id, "agent", &format!("http://{DENIED_NAME}/"), true).await?;
+    require(answer["status"] == 403, || format!("{answer}"))?;
+    Ok(format!(
+        "refused: {}",
+        answer["body"].as_str().unwrap_or_default().trim()
+    ))
+});
+
+check!(captured, ctx, {
+    let id = main_env(ctx).await?;
+    let answer = fetch(
+        ctx,
+        &id,
+        "agent",
+        &format!("http://{CAPTURED_NAME}/charges?x=1"),
+        true,
+    )
+    .await?;
+    require(
+        answer["status"] == 201 && answer["body"] == CAPTURED_BODY,
+        || format!("{answer}"),
+    )?;
+    Ok(format!("canned answer: {}", answer["body"]))
+});
+
+async fn decisions(
+    ctx: &Ctx<'_>,
+    id: &af_manifest::EnvironmentId,
+) -> Result<Vec<af_runtime::DecisionRecord>, String> {
+    ctx.harness
+        .runtime()
+        .net_log(id, &DecisionQuery::default())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+check!(logged, ctx, {
+    let id = main_env(ctx).await?;
+    for url in [
+        format!("http://{ORIGIN_NAME}:8080/boot"),
+        format!("http://{DENIED_NAME}/logged"),
+        format!("http://{CAPTURED_NAME}/logged"),
+    ] {
+        fetch(ctx, &id, "agent", &url, true).await?;
+    }
+    let log = decisions(ctx, &id).await?;
+    for (host, verdict) in [
+        (ORIGIN_NAME, Verdict::Allow),
+        (DENIED_NAME, Verdict::Deny),
+        (CAPTURED_NAME, Verdict::Capture),
+    ] {
+        require(
+            log.iter().any(|r| r.host == host && r.verdict == verdict),
+            || format!("no {verdict:?} record for {host} in {} records", log.len()),
+        )?;
+    }
+    Ok(format!(
+        "{} records, allow/deny/capture among them",
+        log.len()
+    ))
+});
+
+check!(inbox_http, ctx, {
+    let id = main_env(ctx).await?;
+    let (_, answer) = ctx
+        .agent(
+            &id,
+            "agent",
+            "POST",
+            "/fetch",
+            json!({"url": format!("http://{CAPTURED_NAME}/v1/charges"), "via_proxy": true, "method": "POST", "body": "amount=1200"}),
+        )
+        .await?;
+    require(answer["status"] == 201, || format!("{answer}"))?;
+    let inbox = ctx
+        .harness
+        .runtime()
+        .inbox(&id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let kept = inbox.iter().any(|entry| {
+        matches!(&entry.item, CapturedItem::Http { method, host, path, body, .. }
+            if method == "POST" && host == CAPTURED_NAME && path == "/v1/charges" && body == "amount=1200")
+    });
+    require(kept, || format!("not in the inbox: {inbox:?}"))?;
+    Ok("POST /v1/charges kept with its body".into())
+});
+
+check!(inbox_mail, ctx, {
+    let id = main_env(ctx).await?;
+    let (_, sent) = ctx
+        .agent(
+            &id,
+            "agent",
+            "POST",
+            "/mail",
+            json!({"server": format!("{MAIL_NAME}:25"), "from": "shop@conformance.test", "to": "ana@conformance.test", "subject": "Order 7", "body": "Thank you."}),
+        )
+        .await?;
+    require(sent["sent"] == true, || {
+        format!("the sidecar did not take the mail: {sent}")
+    })?;
+    let inbox = ctx
+        .harness
+        .runtime()
+        .inbox(&id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let kept = inbox.iter().any(|entry| {
+        matches!(&entry.item, CapturedItem::Mail { from, to, subject, body }
+            if from == "shop@conformance.test" && to.iter().any(|t| t == "ana@conformance.test")
+                && subject == "Order 7" && body.contains("Thank you."))
+    });
+    require(kept, || format!("not in the inbox: {inbox:?}"))?;
+    Ok("the message is in the inbox, parsed".into())
+});
+
+check!(webhook, ctx, {
+    let id = main_env(ctx).await?;
+    let (status, answer) = ctx
+        .agent(&id, "agent", "POST", "/mark/from-a-webhook", Value::Null)
+        .await?;
+    require(status == 200, || format!("{status} {answer}"))?;
+    let (_, seen) = ctx.agent(&id, "agent", "GET", "/seen", Value::Null).await?;
+    let arrived = seen
+        .as_array()
+        .is_some_and(|s| s.iter().any(|r| r == "POST /mark/from-a-webhook"));
+    require(arrived, || format!("the service did not see it: {seen}"))?;
+    Ok(format!("the service answered {status} and saw the request"))
+});
+
+check!(webhook_logged, ctx, {
+    let id = main_env(ctx).await?;
+    ctx.agent(&id, "agent", "POST", "/mark/recorded-webhook", Value::Null)
+        .await?;
+    let log = decisions(ctx, &id).await?;
+    require(
+        log.iter()
+            .any(|r| r.protocol == "webhook" && r.host == "agent"),
+        || format!("no webhook record among {} records", log.len()),
+    )?;
+    Ok("recorded".into())
+});
