@@ -162,6 +162,23 @@ fn check_label(reader: &mut Reader<'_>, name: &str, at: Location, what: &str, ma
     }
 }
 
+/// Names af gives its own objects beside the services' (the sidecar's Deployment and Service,
+/// the policies, the probe) start with this, so a service can never take one of them.
+pub const RESERVED_PREFIX: &str = "af-";
+
+fn check_not_reserved(reader: &mut Reader<'_>, name: &str, at: Location) -> bool {
+    if !name.starts_with(RESERVED_PREFIX) {
+        return true;
+    }
+    reader.report(
+        ManifestCode::ReservedName,
+        at,
+        format!("the service name {name:?} starts with {RESERVED_PREFIX:?}, which af keeps for its own objects (the sidecar, the policies, the probe)"),
+        format!("rename the service, for example {:?}", name.trim_start_matches(RESERVED_PREFIX)),
+    );
+    false
+}
+
 fn read_runtime(
     reader: &mut Reader<'_>,
     node: &SpannedNode,
@@ -258,6 +275,8 @@ fn read_services(reader: &mut Reader<'_>, entry: Entry<'_>) -> Option<BTreeMap<S
             "the service name",
             MAX_SERVICE_NAME_LEN,
         );
+        let name_ok =
+            name_ok && check_not_reserved(reader, service_entry.key, service_entry.key_at);
         let (service, places) = read_service(reader, *service_entry);
         dependency_places.insert(service_entry.key.to_string(), places);
         match service {

@@ -59,11 +59,13 @@ pub enum ManifestCode {
     BuildContextMissing,
     /// A `domain` that is not a DNS name.
     InvalidDomain,
+    /// A service name in the prefix af keeps for its own objects (`af-`).
+    ReservedName,
 }
 
 impl ManifestCode {
     /// All codes, in number order (for documentation tests).
-    pub const ALL: [ManifestCode; 25] = [
+    pub const ALL: [ManifestCode; 26] = [
         Self::Syntax,
         Self::UnknownKey,
         Self::WrongType,
@@ -89,6 +91,7 @@ impl ManifestCode {
         Self::Unreadable,
         Self::BuildContextMissing,
         Self::InvalidDomain,
+        Self::ReservedName,
     ];
 
     /// The printed code, `AF-MAN-0xx`.
@@ -119,6 +122,7 @@ impl ManifestCode {
             Self::Unreadable => "AF-MAN-023",
             Self::BuildContextMissing => "AF-MAN-024",
             Self::InvalidDomain => "AF-MAN-025",
+            Self::ReservedName => "AF-MAN-026",
         }
     }
 }
