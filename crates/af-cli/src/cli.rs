@@ -66,6 +66,9 @@ pub enum Command {
         #[command(subcommand)]
         command: WebhookCommand,
     },
+    /// Print every object the environment would be on a runtime, in the order they are applied,
+    /// without touching a cluster.
+    Render(RenderArgs),
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]
@@ -88,6 +91,30 @@ pub struct ValidateArgs {
     /// The environment whose id to derive (default: the manifest folder's git branch).
     #[arg(long, env = "AF_ENV", value_name = "NAME")]
     pub env: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// The runtime whose objects to print (only kubernetes has objects to print).
+    #[arg(long, value_parser = ["kubernetes"])]
+    pub runtime: String,
+    /// The environment (default: the manifest folder's git branch).
+    #[arg(long, env = "AF_ENV", value_name = "NAME")]
+    pub env: Option<String>,
+    /// The sidecar Service's ClusterIP, every pod's resolver and proxy. A cluster assigns it when
+    /// the Service is created; until then a documentation address stands in.
+    #[arg(long, default_value = "192.0.2.53", value_name = "IP")]
+    pub sidecar_ip: std::net::IpAddr,
+    /// The cluster's resolver (the kube-dns Service), to which the sidecar forwards names inside
+    /// the environment.
+    #[arg(long, default_value = "10.96.0.10:53", value_name = "ADDRESS")]
+    pub cluster_dns: std::net::SocketAddr,
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// The namespace of the ingress controller, let in to web services when a domain is set.
+    #[arg(long, default_value = "ingress-nginx")]
+    pub ingress_namespace: String,
 }
 
 #[derive(Debug, Subcommand)]

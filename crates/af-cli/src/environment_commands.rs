@@ -9,9 +9,8 @@ use af_runtime::{
 };
 
 use crate::cli::EnvArgs;
-use crate::environment_name::environment_name;
+use crate::environment_name::load_environment;
 use crate::exit::Exit;
-use crate::problem_report;
 
 pub enum Verb {
     Up,
@@ -35,22 +34,11 @@ enum Answer {
 }
 
 pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyhow::Result<Exit> {
-    let manifest = match af_manifest::load(manifest_path) {
-        Ok(manifest) => manifest,
-        Err(invalid) => {
-            eprint!("{}", problem_report::render(&invalid));
-            return Ok(Exit::InvalidManifest);
-        }
+    let (manifest, dir, id) = match load_environment(manifest_path, args.env.as_deref()) {
+        Ok(loaded) => loaded,
+        Err(exit) => return Ok(exit),
     };
-    let dir = manifest_path.parent().unwrap_or(Path::new("."));
-    let name = match environment_name(args.env.as_deref(), dir) {
-        Ok(name) => name,
-        Err(why) => {
-            eprintln!("af: cannot tell which environment: {why}");
-            return Ok(Exit::Usage);
-        }
-    };
-    let id = EnvironmentId::derive(&manifest.name, &name);
+    let dir = dir.as_path();
     let runtime = tokio::runtime::Runtime::new()?;
     let outcome = runtime.block_on(async {
         let platform = connect(&manifest).await?;

@@ -26,3 +26,32 @@ pub fn environment_name(given: Option<&str>, dir: &Path) -> Result<String, Strin
         Err("the manifest's folder is not on a git branch (no repository, or a detached HEAD); pass --env NAME".to_string())
     }
 }
+
+/// A command's manifest and environment: the manifest loaded (its problems reported), its folder,
+/// and the environment id. `Err` is the exit status, the reason already printed.
+pub fn load_environment(
+    manifest_path: &Path,
+    env: Option<&str>,
+) -> Result<
+    (
+        af_manifest::Manifest,
+        std::path::PathBuf,
+        af_manifest::EnvironmentId,
+    ),
+    crate::exit::Exit,
+> {
+    let manifest = af_manifest::load(manifest_path).map_err(|invalid| {
+        eprint!("{}", crate::problem_report::render(&invalid));
+        crate::exit::Exit::InvalidManifest
+    })?;
+    let dir = manifest_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let name = environment_name(env, &dir).map_err(|why| {
+        eprintln!("af: cannot tell which environment: {why}");
+        crate::exit::Exit::Usage
+    })?;
+    let id = af_manifest::EnvironmentId::derive(&manifest.name, &name);
+    Ok((manifest, dir, id))
+}

@@ -6,6 +6,7 @@ mod environment_name;
 mod exit;
 mod problem_report;
 mod progress;
+mod render;
 mod validate;
 
 use std::process::ExitCode;
@@ -21,6 +22,7 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Validate(args) => validate::run(args, &cli.global.manifest, cli.global.json),
         Command::Completion { shell } => completion(*shell, cli.global.json),
+        Command::Render(args) => render::run(args, &cli.global.manifest, cli.global.json),
         Command::Up(args) => environment_commands::run(
             environment_commands::Verb::Up,
             args,

@@ -201,3 +201,54 @@ fn usage_errors_exit_2() {
     assert_eq!(af(&["no-such-verb"]).status.code(), Some(2));
     assert_eq!(af(&["completion", "tcsh"]).status.code(), Some(2));
 }
+
+#[test]
+fn render_prints_every_kubernetes_object_in_apply_order() {
+    let render = |json: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_af"));
+        command
+            .current_dir(repo())
+            .env("AF_PROXY_IMAGE", "antifailure/proxy:rendered")
+            .args(["--manifest", "examples/shop/af.yaml"]);
+        if json {
+            command.arg("--json");
+        }
+        command
+            .args(["render", "--runtime", "kubernetes", "--env", "main"])
+            .output()
+            .unwrap()
+    };
+    let yaml = render(false);
+    assert_eq!(yaml.status.code(), Some(0), "{}", text(&yaml.stderr));
+    let yaml = text(&yaml.stdout);
+    assert!(
+        yaml.starts_with("apiVersion: v1\nkind: Namespace\n"),
+        "{yaml}"
+    );
+    assert_eq!(
+        yaml.matches("\n---\n").count() + 1,
+        yaml.matches("\nkind: ").count(),
+        "one document per object"
+    );
+    assert!(yaml.contains("image: antifailure/proxy:rendered"));
+    assert!(
+        yaml.contains("nameservers:\n      - 192.0.2.53") || yaml.contains("- 192.0.2.53"),
+        "the stand-in sidecar address"
+    );
+    let json = render(true);
+    let objects: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let kinds: Vec<&str> = objects
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"Namespace"));
+    assert_eq!(kinds.iter().filter(|k| **k == "NetworkPolicy").count(), 6);
+    let probe = kinds.iter().position(|k| *k == "Pod").unwrap();
+    let first_deployment = kinds.iter().position(|k| *k == "Deployment").unwrap();
+    assert!(
+        probe < first_deployment,
+        "the probe before the sidecar and the services: {kinds:?}"
+    );
+}

@@ -55,6 +55,21 @@ pub fn context_archive(dir: &Path) -> Result<Vec<u8>, DockerError> {
     archive.into_inner().map_err(read)
 }
 
+/// The tag a service's image built from `context` (relative to the manifest's folder) has: the
+/// digest of the context's files, so it is known without building.
+pub fn tag_of(
+    manifest_name: &str,
+    service: &str,
+    manifest_dir: &Path,
+    context: &Path,
+) -> Result<String, DockerError> {
+    let archive = context_archive(&manifest_dir.join(context))?;
+    Ok(digest_tag(
+        &format!("af-{manifest_name}-{service}"),
+        &archive,
+    ))
+}
+
 /// Builds `context` (relative to the manifest's folder) unless an image with its digest exists;
 /// returns the tag. A failed build names the service and the builder's message.
 pub async fn build(

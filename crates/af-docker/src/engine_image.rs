@@ -153,6 +153,19 @@ pub async fn ensure(docker: &Docker) -> Result<String, DockerError> {
     ensure_built_from(docker, &locate_binary()?).await
 }
 
+/// The engine image's reference without building it: `AF_PROXY_IMAGE`, or the tag the static
+/// binary's image has (the digest of its build context).
+pub fn expected() -> Result<String, DockerError> {
+    if let Ok(image) = std::env::var("AF_PROXY_IMAGE") {
+        return Ok(image);
+    }
+    let path = locate_binary()?;
+    let binary = std::fs::read(&path).map_err(|e| DockerError::EngineImage {
+        detail: format!("cannot read {}: {e}", path.display()),
+    })?;
+    Ok(tag_for(&context(&binary)?))
+}
+
 /// The engine image of `binary_path`, built when the daemon does not have it.
 async fn ensure_built_from(docker: &Docker, binary_path: &Path) -> Result<String, DockerError> {
     let binary = std::fs::read(binary_path).map_err(|e| DockerError::EngineImage {

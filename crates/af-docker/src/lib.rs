@@ -2,7 +2,7 @@
 //! FROM scratch, the environment's networks, the containment probe under a service's rules,
 //! ownership by label (AF-RUN-045) and teardown by label.
 
-mod build;
+pub mod build;
 mod control;
 pub mod engine_image;
 pub mod error;

@@ -52,17 +52,6 @@ pub fn roles(service: &str, index: u32) -> (String, String) {
 /// the gate starts. The rounds are still three, each trying every route.
 const GATE_INTERVAL_MS: &str = "100";
 
-/// The proxy variables every service gets, pointing at the sidecar; the manifest's own values for
-/// these names are dropped (the sidecar is the only way out, whatever a service is told).
-const PROXY_VARIABLES: [&str; 6] = [
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "NO_PROXY",
-    "no_proxy",
-];
-
 /// What clients that honour the proxy variables must reach directly: loopback, and the other
 /// services by name (`http://worker:9090` through the sidecar would be denied as an outside host).
 pub fn no_proxy<'a>(service_names: impl IntoIterator<Item = &'a str>) -> String {
@@ -83,7 +72,7 @@ pub fn environment(
     for (name, value) in service
         .env
         .iter()
-        .filter(|(name, _)| !PROXY_VARIABLES.contains(&name.as_str()))
+        .filter(|(name, _)| !af_runtime::PROXY_VARIABLES.contains(&name.as_str()))
     {
         let value = match value {
             EnvValue::Literal(text) => text.clone(),

@@ -29,5 +29,17 @@ pub use sidecar::{
 /// carries it; an object with our name and without it is someone else's (AF-RUN-045).
 pub const MANAGED_LABEL: &str = "dev.antifailure.managed";
 
+/// The proxy variables every service gets, pointing at its sidecar on every runtime; a manifest's
+/// own values for these names are dropped (the sidecar is the only way out, whatever a service
+/// is told).
+pub const PROXY_VARIABLES: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
 /// The label carrying the environment id, beside [`MANAGED_LABEL`].
 pub const ENVIRONMENT_LABEL: &str = "dev.antifailure.environment";

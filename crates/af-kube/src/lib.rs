@@ -1,0 +1,5 @@
+//! The Kubernetes runtime. [`render`] turns a validated manifest into every object of its
+//! environment — typed k8s-openapi values, one module per kind, pure: no cluster is read or
+//! written there. Applying them is a separate layer.
+
+pub mod render;

@@ -1,0 +1,215 @@
+//! The pod rules every customer pod gets (services, migrations, and the probe that stands in for
+//! them): no service account token; names resolved by the sidecar and nothing else; the startup
+//! gate first; no added capability, no privilege escalation, the runtime's default seccomp.
+
+use std::collections::BTreeMap;
+
+use af_manifest::{EnvValue, Service};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EnvVar, EnvVarSource, PodDNSConfig, PodDNSConfigOption,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
+    SecretKeySelector, SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::names::SERVICE_ENV;
+use super::{RenderInput, ports};
+
+/// The uid the engine image runs as.
+pub const ENGINE_UID: i64 = 1337;
+
+/// What an engine step (gate, probe, binary copy) may use: small, and the same figure requested as
+/// allowed, like every size af sets.
+pub fn engine_step_resources() -> ResourceRequirements {
+    fixed_resources("100m", "64Mi")
+}
+
+/// Requests equal to limits, for the engine's own containers.
+pub fn fixed_resources(cpu: &str, memory: &str) -> ResourceRequirements {
+    let figures = BTreeMap::from([
+        ("cpu".to_string(), Quantity(cpu.to_string())),
+        ("memory".to_string(), Quantity(memory.to_string())),
+    ]);
+    ResourceRequirements {
+        limits: Some(figures.clone()),
+        requests: Some(figures),
+        ..Default::default()
+    }
+}
+
+/// A container of the engine image: non-root, read-only, nothing added, everything dropped.
+pub fn engine_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            ..Default::default()
+        }),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(ENGINE_UID),
+        run_as_group: Some(ENGINE_UID),
+        ..Default::default()
+    }
+}
+
+/// A customer container: whatever user its image says, but no privilege escalation and no
+/// capability at all.
+pub fn workload_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The pod-level rules: the runtime's default seccomp profile.
+pub fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Resolution through the sidecar only: `dnsPolicy: None`, its ClusterIP as the one nameserver,
+/// the namespace's search path.
+pub fn dns_config(input: &RenderInput<'_>, namespace: &str) -> PodDNSConfig {
+    let domain = &input.cluster.domain;
+    PodDNSConfig {
+        nameservers: Some(vec![input.sidecar_ip.to_string()]),
+        searches: Some(vec![
+            format!("{namespace}.svc.{domain}"),
+            format!("svc.{domain}"),
+            domain.clone(),
+        ]),
+        options: Some(vec![PodDNSConfigOption {
+            name: Some("ndots".to_string()),
+            value: Some("5".to_string()),
+        }]),
+    }
+}
+
+/// The startup gate: first init container of every customer pod, from the engine image.
+pub fn gate(input: &RenderInput<'_>) -> Container {
+    let sidecar = input.sidecar_ip;
+    let mut args = vec![
+        "gate".to_string(),
+        "--sidecar-proxy".to_string(),
+        format!("{sidecar}:{}", ports::PROXY),
+        "--sidecar-dns".to_string(),
+        format!("{sidecar}:{}", ports::DNS),
+    ];
+    args.extend(input.probe_targets.iter().cloned());
+    Container {
+        name: "af-gate".to_string(),
+        image: Some(input.engine_image.to_string()),
+        args: Some(args),
+        resources: Some(engine_step_resources()),
+        security_context: Some(engine_security()),
+        ..Default::default()
+    }
+}
+
+/// A pod spec under the customer rules, around `containers` (the gate goes first among the init
+/// containers).
+pub fn workload_spec(
+    input: &RenderInput<'_>,
+    namespace: &str,
+    mut init: Vec<Container>,
+    containers: Vec<Container>,
+) -> PodSpec {
+    init.insert(0, gate(input));
+    PodSpec {
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        dns_policy: Some("None".to_string()),
+        dns_config: Some(dns_config(input, namespace)),
+        init_containers: Some(init),
+        containers,
+        security_context: Some(pod_security()),
+        ..Default::default()
+    }
+}
+
+/// A pod template: `labels` on the pods, `spec` their spec.
+pub fn template(labels: BTreeMap<String, String>, spec: PodSpec) -> PodTemplateSpec {
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels),
+            ..Default::default()
+        }),
+        spec: Some(spec),
+    }
+}
+
+/// Requests and limits: the same figure for each dimension the manifest names; a dimension it
+/// does not name is in neither map; nothing named, no requirements at all.
+pub fn resources(service: &Service) -> Option<ResourceRequirements> {
+    let mut figures = BTreeMap::new();
+    if let Some(cpu) = &service.resources.cpu {
+        figures.insert("cpu".to_string(), Quantity(cpu.as_str().to_string()));
+    }
+    if let Some(memory) = &service.resources.memory {
+        figures.insert("memory".to_string(), Quantity(memory.as_str().to_string()));
+    }
+    (!figures.is_empty()).then(|| ResourceRequirements {
+        limits: Some(figures.clone()),
+        requests: Some(figures),
+        ..Default::default()
+    })
+}
+
+/// A service's environment: its own variables (a `from_env` one read from the environment's
+/// Secret, filled from af's environment when applied), then the proxy settings, which always
+/// point at the sidecar.
+pub fn environment(input: &RenderInput<'_>, service: &Service) -> Vec<EnvVar> {
+    let mut out: Vec<EnvVar> = service
+        .env
+        .iter()
+        .filter(|(name, _)| !af_runtime::PROXY_VARIABLES.contains(&name.as_str()))
+        .map(|(name, value)| match value {
+            EnvValue::Literal(text) => EnvVar {
+                name: name.clone(),
+                value: Some(text.clone()),
+                ..Default::default()
+            },
+            EnvValue::FromEnv(source) => EnvVar {
+                name: name.clone(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: SERVICE_ENV.to_string(),
+                        key: source.clone(),
+                        optional: Some(false),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        })
+        .collect();
+    let proxy = format!("http://{}:{}", input.sidecar_ip, ports::PROXY);
+    let mut no_proxy = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    no_proxy.extend(input.manifest.services.keys().cloned());
+    for (name, value) in [
+        ("HTTP_PROXY", &proxy),
+        ("HTTPS_PROXY", &proxy),
+        ("http_proxy", &proxy),
+        ("https_proxy", &proxy),
+        ("NO_PROXY", &no_proxy.join(",")),
+        ("no_proxy", &no_proxy.join(",")),
+    ] {
+        out.push(EnvVar {
+            name: name.to_string(),
+            value: Some(value.clone()),
+            ..Default::default()
+        });
+    }
+    out
+}

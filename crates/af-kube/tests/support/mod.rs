@@ -1,0 +1,80 @@
+//! The example environment, rendered with fixed stand-ins for what only a cluster knows (the
+//! sidecar's ClusterIP, the images' digests, the control token), so the output is reviewable.
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use af_kube::render::{Cluster, RenderInput, Rendered, render};
+use af_manifest::{EnvironmentId, Manifest};
+
+pub const SIDECAR_IP: &str = "10.43.0.53";
+pub const ENGINE_IMAGE: &str = "antifailure/proxy:0123456789abcdef";
+pub const TOKEN: &str = "golden-control-token";
+
+/// The shop example, read as `af` reads it, with the provider set to Kubernetes.
+pub fn shop() -> Manifest {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/shop/af.yaml");
+    let mut manifest = af_manifest::load(&path).unwrap();
+    manifest.runtime.provider = af_manifest::Provider::Kubernetes;
+    manifest
+}
+
+pub fn without_domain(mut manifest: Manifest) -> Manifest {
+    manifest.runtime.domain = None;
+    manifest
+}
+
+pub fn without_resources(mut manifest: Manifest) -> Manifest {
+    for service in manifest.services.values_mut() {
+        service.resources = Default::default();
+    }
+    manifest
+}
+
+pub fn targets() -> Vec<String> {
+    [
+        ("--public-tcp", "203.0.113.10:443"),
+        ("--public-dns", "203.0.113.10:53"),
+        ("--metadata", "169.254.169.254:80"),
+        ("--metadata-v6", "[fd00:ec2::254]:80"),
+    ]
+    .into_iter()
+    .flat_map(|(f, v)| [f.to_string(), v.to_string()])
+    .collect()
+}
+
+/// `manifest` rendered as environment `main`.
+pub fn rendered(manifest: &Manifest) -> Rendered {
+    let images: BTreeMap<String, String> = manifest
+        .services
+        .keys()
+        .map(|name| {
+            (
+                name.clone(),
+                format!("af-{}-{name}:0123456789abcdef", manifest.name),
+            )
+        })
+        .collect();
+    let env = EnvironmentId::derive(&manifest.name, "main");
+    let targets = targets();
+    let cluster = Cluster::default();
+    let commands = BTreeMap::new();
+    render(&RenderInput {
+        manifest,
+        env: &env,
+        sidecar_ip: SIDECAR_IP.parse().unwrap(),
+        engine_image: ENGINE_IMAGE,
+        images: &images,
+        image_commands: &commands,
+        probe_targets: &targets,
+        control_token: TOKEN,
+        cluster: &cluster,
+    })
+    .unwrap()
+}
+
+/// A manifest from text, for Kubernetes.
+pub fn manifest(text: &str) -> Manifest {
+    af_manifest::parse(text, "af.yaml").unwrap()
+}
