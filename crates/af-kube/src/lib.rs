@@ -2,4 +2,5 @@
 //! environment — typed k8s-openapi values, one module per kind, pure: no cluster is read or
 //! written there. Applying them is a separate layer.
 
+pub mod fit;
 pub mod render;

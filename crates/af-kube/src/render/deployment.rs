@@ -203,7 +203,7 @@ pub fn sidecar(input: &RenderInput<'_>, namespace: &str) -> Deployment {
         }),
         // Measured peak is about 20 MiB (docs/performance.md); the CPU figure is generous because a
         // throttled sidecar slows every request of the environment.
-        resources: Some(fixed_resources("1", "256Mi")),
+        resources: Some(fixed_resources("500m", "256Mi")),
         volume_mounts: Some(vec![
             VolumeMount {
                 name: "config".to_string(),
