@@ -201,8 +201,9 @@ pub fn sidecar(input: &RenderInput<'_>, namespace: &str) -> Deployment {
             period_seconds: Some(2),
             ..Default::default()
         }),
-        // Measured peak is about 20 MiB (docs/performance.md); the CPU figure is generous because a
-        // throttled sidecar slows every request of the environment.
+        // Measured peak memory is about 20 MiB (docs/performance.md). Half a core: a throttled
+        // sidecar slows every request of the environment, and a whole core per environment would
+        // crowd a small cluster.
         resources: Some(fixed_resources("500m", "256Mi")),
         volume_mounts: Some(vec![
             VolumeMount {
