@@ -2,5 +2,6 @@
 //! environment — typed k8s-openapi values, one module per kind, pure: no cluster is read or
 //! written there. Applying them is a separate layer.
 
+pub mod apply;
 pub mod fit;
 pub mod render;
