@@ -8,9 +8,10 @@ use std::time::Duration;
 use af_kube::apply::namespace::{NamespaceState, Patience, delete, ensure, state_of};
 use af_manifest::EnvironmentId;
 use af_runtime::RunCode;
-use http::{Request, Response};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::client::Body;
+
+mod api;
+use api::{scripted, scripted_with_bodies};
 
 fn env() -> EnvironmentId {
     EnvironmentId::derive("shop", "main")
@@ -122,40 +123,6 @@ async fn down_deletes_our_namespace_and_returns_only_when_it_is_gone() {
     delete(client, "af-shop-main", &env(), quick())
         .await
         .unwrap();
-}
-
-type Script = Vec<(&'static str, &'static str, u16, serde_json::Value)>;
-
-/// A mock API server answering each request of `script` in turn: (method, path, status, body).
-/// A request the script does not expect fails the client's call.
-fn scripted(script: Script) -> kube::Client {
-    scripted_with_bodies(script).0
-}
-
-/// [`scripted`], also keeping the body of each request.
-fn scripted_with_bodies(
-    script: Script,
-) -> (kube::Client, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let kept = bodies.clone();
-    tokio::spawn(async move {
-        for (method, path, status, body) in script {
-            let (request, respond) = handle.next_request().await.expect("a request");
-            assert_eq!(request.method().as_str(), method);
-            assert_eq!(request.uri().path(), path);
-            let (_, sent) = request.into_parts();
-            let sent = sent.collect_bytes().await.unwrap().to_vec();
-            kept.lock().unwrap().push(sent);
-            respond.send_response(
-                Response::builder()
-                    .status(status)
-                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
-                    .unwrap(),
-            );
-        }
-    });
-    (kube::Client::new(service, "default"), bodies)
 }
 
 fn terminating_json() -> serde_json::Value {
