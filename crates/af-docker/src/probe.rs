@@ -2,7 +2,7 @@
 //! service's rules, tries every escape route before any service image runs.
 
 use af_manifest::EnvironmentId;
-use af_runtime::{ContainmentSummary, RouteFinding, RuntimeErrorKind};
+use af_runtime::{ContainmentSummary, RuntimeErrorKind};
 use bollard::Docker;
 
 use crate::error::DockerError;
@@ -89,61 +89,14 @@ pub async fn run_in(
         ..Default::default()
     };
     let finished = one_shot::run(docker, env, &spec).await?;
-    let line = finished.stdout.lines().last().unwrap_or_default();
-    let verdict: serde_json::Value = serde_json::from_str(line).map_err(|_| {
-        // No verdict is no answer: the environment is refused, not let through.
-        DockerError::Runtime(
-            RuntimeErrorKind::ContainmentRefused {
-                findings: vec![RouteFinding {
-                    route: "the probe itself".to_string(),
-                    outcome: format!(
-                        "unanswered (exit {}, {})",
-                        finished.exit_code,
-                        finished.stderr.trim()
-                    ),
-                }],
-            }
-            .into(),
-        )
-    })?;
-    let routes: Vec<(String, String)> = verdict["routes"]
-        .as_array()
-        .map(|routes| {
-            routes
-                .iter()
-                .map(|r| {
-                    (
-                        format!(
-                            "{} {}",
-                            r["route"].as_str().unwrap_or("?"),
-                            r["target"].as_str().unwrap_or("?")
-                        ),
-                        r["outcome"].as_str().unwrap_or("unanswered").to_string(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let contained = verdict["contained"] == true && finished.exit_code == 0 && !routes.is_empty();
-    if !contained {
-        let findings = routes
-            .iter()
-            .filter(|(_, outcome)| outcome != "denied")
-            .map(|(route, outcome)| RouteFinding {
-                route: route.clone(),
-                outcome: outcome.clone(),
-            })
-            .collect();
-        return Err(DockerError::Runtime(
-            RuntimeErrorKind::ContainmentRefused { findings }.into(),
-        ));
-    }
     let checked_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    Ok(ContainmentSummary {
-        contained: true,
+    af_runtime::judge_probe(
+        &finished.stdout,
+        finished.exit_code,
+        &finished.stderr,
         checked_at,
-        routes,
-    })
+    )
+    .map_err(DockerError::Runtime)
 }
 
 /// The role of the container that keeps the last verdict.

@@ -12,6 +12,7 @@ mod error;
 mod progress;
 mod runtime;
 mod sidecar;
+mod verdict;
 
 pub use capability::{Capabilities, Capability};
 pub use error::{RouteFinding, RunCode, RuntimeError, RuntimeErrorKind};
@@ -24,6 +25,7 @@ pub use sidecar::{
     CapturedItem, DecisionQuery, DecisionRecord, InboxEntry, Verdict, WebhookDelivery,
     WebhookRequest,
 };
+pub use verdict::judge_probe;
 
 /// The label every object af creates carries, set in the creating call. Teardown deletes only what
 /// carries it; an object with our name and without it is someone else's (AF-RUN-045).

@@ -1,0 +1,144 @@
+//! Running the containment probe Pod and reading its verdict, before any service image runs. A
+//! probe that cannot be pulled, does not finish, or prints no verdict refuses the environment:
+//! an unanswered question about a security control is not a pass.
+
+use std::time::Duration;
+
+use af_runtime::{ContainmentSummary, RouteFinding, RuntimeError, RuntimeErrorKind, judge_probe};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, LogParams, PostParams};
+
+use super::namespace::Patience;
+
+fn failed(operation: String, err: impl std::fmt::Display) -> RuntimeError {
+    RuntimeErrorKind::PlatformFailed {
+        operation,
+        detail: err.to_string(),
+    }
+    .into()
+}
+
+fn refused(outcome: String) -> RuntimeError {
+    RuntimeErrorKind::ContainmentRefused {
+        findings: vec![RouteFinding {
+            route: "the probe itself".to_string(),
+            outcome,
+        }],
+    }
+    .into()
+}
+
+/// Why a pod cannot start, when its image cannot be had: said at once, with the image.
+pub fn image_problem(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?;
+    statuses
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(statuses.init_container_statuses.iter().flatten())
+        .find_map(|status| {
+            let waiting = status.state.as_ref()?.waiting.as_ref()?;
+            let reason = waiting.reason.as_deref()?;
+            matches!(reason, "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName").then(|| {
+                format!(
+                    "{reason}: the nodes cannot pull {}; on k3d and kind af imports its images, on other clusters they must be in a registry the nodes can pull from (AF_PROXY_IMAGE names the engine's)",
+                    status.image
+                )
+            })
+        })
+}
+
+/// Creates `pod` (replacing a leftover of an earlier run), waits until it finishes, reads its
+/// verdict, removes it.
+pub async fn run(
+    client: kube::Client,
+    namespace: &str,
+    pod: &Pod,
+    patience: Patience,
+) -> Result<ContainmentSummary, RuntimeError> {
+    let api: Api<Pod> = Api::namespaced(client, namespace);
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    remove(&api, &name).await?;
+    api.create(&PostParams::default(), pod)
+        .await
+        .map_err(|e| failed(format!("creating the probe pod {namespace}/{name}"), e))?;
+    let started = tokio::time::Instant::now();
+    let finished = loop {
+        let current = api
+            .get(&name)
+            .await
+            .map_err(|e| failed(format!("reading the probe pod {namespace}/{name}"), e))?;
+        if let Some(problem) = image_problem(&current) {
+            let _ = remove(&api, &name).await;
+            return Err(failed(
+                format!("starting the probe pod {namespace}/{name}"),
+                problem,
+            ));
+        }
+        let phase = current.status.as_ref().and_then(|s| s.phase.clone());
+        if matches!(phase.as_deref(), Some("Succeeded" | "Failed")) {
+            break current;
+        }
+        if started.elapsed() >= patience.timeout {
+            let _ = remove(&api, &name).await;
+            return Err(refused(format!(
+                "unanswered: the probe pod did not finish within {} s (phase {})",
+                patience.timeout.as_secs(),
+                phase.unwrap_or_else(|| "unknown".into())
+            )));
+        }
+        tokio::time::sleep(patience.interval).await;
+    };
+    let exit_code = finished
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|statuses| statuses.first())
+        .and_then(|s| s.state.as_ref())
+        .and_then(|state| state.terminated.as_ref())
+        .map_or(-1, |terminated| i64::from(terminated.exit_code));
+    let output = api.logs(&name, &LogParams::default()).await.map_err(|e| {
+        failed(
+            format!("reading the probe pod's verdict ({namespace}/{name})"),
+            e,
+        )
+    })?;
+    remove(&api, &name).await?;
+    let checked_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    judge_probe(&output, exit_code, "", checked_at)
+}
+
+/// Deletes the pod if it is there and waits until it is gone (a new one of the same name cannot
+/// be created before); what is already gone is fine.
+async fn remove(api: &Api<Pod>, name: &str) -> Result<(), RuntimeError> {
+    match api
+        .delete(name, &DeleteParams::background().grace_period(0))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(err) => return Err(failed(format!("removing the probe pod {name}"), err)),
+    }
+    for _ in 0..60 {
+        let present = api
+            .get_opt(name)
+            .await
+            .map_err(|e| failed(format!("reading the probe pod {name}"), e))?;
+        if present.is_none() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(failed(
+        format!("removing the probe pod {name}"),
+        "it is still there 30 s after its deletion",
+    ))
+}
+
+/// The probe's patience: the image is pulled and the routes tried, each for at most a few
+/// seconds.
+pub const PATIENCE: Patience = Patience {
+    timeout: Duration::from_secs(120),
+    interval: Duration::from_secs(1),
+};

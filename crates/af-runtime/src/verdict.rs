@@ -1,0 +1,134 @@
+//! Reading the containment probe's verdict, the same on every runtime: the one JSON line
+//! `af-proxy probe` prints. Contained only when the probe exited 0, said so, and reported at least
+//! one route, every one denied; anything else refuses the environment (AF-RUN-043), naming each
+//! route that was not denied — and a probe that printed no verdict is itself unanswered.
+
+use crate::error::{RouteFinding, RuntimeError, RuntimeErrorKind};
+use crate::runtime::ContainmentSummary;
+
+/// The verdict of a probe that printed `output` and exited with `exit_code` (`stderr` is quoted
+/// when no verdict came), checked at `checked_at` (RFC 3339).
+pub fn judge_probe(
+    output: &str,
+    exit_code: i64,
+    stderr: &str,
+    checked_at: String,
+) -> Result<ContainmentSummary, RuntimeError> {
+    let line = output.lines().last().unwrap_or_default();
+    let Ok(verdict) = serde_json::from_str::<serde_json::Value>(line) else {
+        return Err(RuntimeErrorKind::ContainmentRefused {
+            findings: vec![RouteFinding {
+                route: "the probe itself".to_string(),
+                outcome: format!("unanswered (exit {exit_code}, {})", stderr.trim()),
+            }],
+        }
+        .into());
+    };
+    let routes: Vec<(String, String)> = verdict["routes"]
+        .as_array()
+        .map(|routes| {
+            routes
+                .iter()
+                .map(|r| {
+                    (
+                        format!(
+                            "{} {}",
+                            r["route"].as_str().unwrap_or("?"),
+                            r["target"].as_str().unwrap_or("?")
+                        ),
+                        r["outcome"].as_str().unwrap_or("unanswered").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let contained = verdict["contained"] == true && exit_code == 0 && !routes.is_empty();
+    if !contained {
+        let mut findings: Vec<RouteFinding> = routes
+            .iter()
+            .filter(|(_, outcome)| outcome != "denied")
+            .map(|(route, outcome)| RouteFinding {
+                route: route.clone(),
+                outcome: outcome.clone(),
+            })
+            .collect();
+        if findings.is_empty() {
+            findings.push(RouteFinding {
+                route: "the probe itself".to_string(),
+                outcome: format!("no route was judged (exit {exit_code})"),
+            });
+        }
+        return Err(RuntimeErrorKind::ContainmentRefused { findings }.into());
+    }
+    Ok(ContainmentSummary {
+        contained: true,
+        checked_at,
+        routes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::RunCode;
+
+    fn line(outcomes: &[(&str, &str)], contained: bool) -> String {
+        let routes: Vec<_> = outcomes
+            .iter()
+            .map(|(route, outcome)| serde_json::json!({"route": route, "target": "tcp 203.0.113.10:443", "outcome": outcome}))
+            .collect();
+        serde_json::json!({"check": "probe", "contained": contained, "routes": routes}).to_string()
+    }
+
+    #[test]
+    fn every_route_denied_is_contained() {
+        let summary =
+            judge_probe(&line(&[("public-tcp", "denied")], true), 0, "", "t".into()).unwrap();
+        assert!(summary.contained);
+        assert_eq!(
+            summary.routes,
+            [(
+                "public-tcp tcp 203.0.113.10:443".to_string(),
+                "denied".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn an_escaped_or_unanswered_route_is_af_run_043_naming_it() {
+        let err = judge_probe(
+            &line(
+                &[
+                    ("public-tcp", "escaped"),
+                    ("metadata", "unanswered"),
+                    ("dns", "denied"),
+                ],
+                false,
+            ),
+            1,
+            "",
+            "t".into(),
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), RunCode::ContainmentRefused);
+        let text = err.to_string();
+        assert!(
+            text.contains("public-tcp") && text.contains("escaped") && text.contains("metadata"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("dns tcp"),
+            "denied routes are not findings: {text}"
+        );
+    }
+
+    #[test]
+    fn no_verdict_or_no_routes_is_never_a_pass() {
+        let err = judge_probe("", 137, "killed", "t".into()).unwrap_err();
+        assert!(err.to_string().contains("the probe itself") && err.to_string().contains("killed"));
+        let err = judge_probe(&line(&[], true), 0, "", "t".into()).unwrap_err();
+        assert_eq!(err.code(), RunCode::ContainmentRefused);
+        // Said contained, but exited non-zero: refused.
+        assert!(judge_probe(&line(&[("a", "denied")], true), 1, "", "t".into()).is_err());
+    }
+}
