@@ -2,8 +2,13 @@
 //! cluster (nodes and pods read, then [`crate::fit`]'s arithmetic); the namespace's lifecycle
 //! (created labelled as ours, a foreign one refused with AF-RUN-045, one still terminating waited
 //! out, deleted and waited for until gone); the containment probe Pod (run, verdict read and
-//! judged as on every runtime, an unpullable image said at once).
+//! judged as on every runtime, an unpullable image said at once); migration Jobs (applied, waited
+//! for, a failure carrying the migration's last lines).
 
 pub mod fit;
+pub mod job;
 pub mod namespace;
 pub mod probe;
+
+/// The field manager of every server-side apply: one, so a second `up` owns what the first set.
+pub const FIELD_MANAGER: &str = "af";

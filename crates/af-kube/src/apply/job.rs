@@ -1,0 +1,101 @@
+//! A migration Job: created, waited for until it completes or fails. It is never retried (the Job
+//! carries `backoffLimit: 0`); a failure stops `up` with the migration's last log lines.
+
+use std::time::Duration;
+
+use af_runtime::{RuntimeError, RuntimeErrorKind};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ListParams, LogParams, Patch, PatchParams};
+
+use super::namespace::Patience;
+
+fn failed(operation: String, err: impl std::fmt::Display) -> RuntimeError {
+    RuntimeErrorKind::PlatformFailed {
+        operation,
+        detail: err.to_string(),
+    }
+    .into()
+}
+
+/// The last `count` lines of `text`.
+pub fn last_lines(text: &str, count: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(count)..].join("\n  ")
+}
+
+/// Applies `job` and waits until it completes; a failed Job is an error carrying the last lines
+/// its pod wrote.
+pub async fn run(
+    client: kube::Client,
+    namespace: &str,
+    job: &Job,
+    patience: Patience,
+) -> Result<(), RuntimeError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let name = job.metadata.name.clone().unwrap_or_default();
+    jobs.patch(
+        &name,
+        &PatchParams::apply(super::FIELD_MANAGER).force(),
+        &Patch::Apply(job),
+    )
+    .await
+    .map_err(|e| failed(format!("applying the migration Job {namespace}/{name}"), e))?;
+    let started = tokio::time::Instant::now();
+    loop {
+        let current = jobs
+            .get(&name)
+            .await
+            .map_err(|e| failed(format!("reading the migration Job {namespace}/{name}"), e))?;
+        let status = current.status.unwrap_or_default();
+        if status.succeeded.unwrap_or(0) > 0 {
+            return Ok(());
+        }
+        if status.failed.unwrap_or(0) > 0 {
+            let lines = pod_log(client.clone(), namespace, &name).await;
+            return Err(failed(
+                format!("migrating with Job {namespace}/{name}"),
+                format!("the migration failed; it is not retried; its last lines:\n  {lines}"),
+            ));
+        }
+        if started.elapsed() >= patience.timeout {
+            return Err(failed(
+                format!("migrating with Job {namespace}/{name}"),
+                format!("it did not finish within {} s", patience.timeout.as_secs()),
+            ));
+        }
+        tokio::time::sleep(patience.interval).await;
+    }
+}
+
+/// The last lines of the Job's pod, or why they cannot be read.
+async fn pod_log(client: kube::Client, namespace: &str, job: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client, namespace);
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await;
+    let Some(pod) = listed.ok().and_then(|l| l.items.into_iter().next()) else {
+        return "(its pod is gone)".to_string();
+    };
+    let name = pod.metadata.name.unwrap_or_default();
+    match pods
+        .logs(
+            &name,
+            &LogParams {
+                tail_lines: Some(10),
+                ..Default::default()
+            },
+        )
+        .await
+    {
+        Ok(text) => last_lines(&text, 10),
+        Err(err) => format!("(its log cannot be read: {err})"),
+    }
+}
+
+/// A migration's patience: it runs the customer's command, which may take a while.
+pub const PATIENCE: Patience = Patience {
+    timeout: Duration::from_secs(600),
+    interval: Duration::from_secs(1),
+};

@@ -1,0 +1,82 @@
+//! A migration Job against the API (exact exchanges): applied once with af's field manager, waited
+//! for; a failed Job stops `up` with the migration's last log lines and is not retried.
+
+mod api;
+
+use std::time::Duration;
+
+use af_kube::apply::job::run;
+use af_kube::apply::namespace::Patience;
+use af_runtime::RunCode;
+use api::scripted_with_bodies;
+use k8s_openapi::api::batch::v1::Job;
+use serde_json::json;
+
+const JOB: &str = "/apis/batch/v1/namespaces/af-shop-main/jobs/af-migrate-web";
+
+fn job() -> Job {
+    serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "af-migrate-web", "namespace": "af-shop-main"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "migrate", "image": "shop"}]}}}}))
+    .unwrap()
+}
+
+fn with_status(status: serde_json::Value) -> serde_json::Value {
+    let mut job = serde_json::to_value(job()).unwrap();
+    job["status"] = status;
+    job
+}
+
+fn quick() -> Patience {
+    Patience {
+        timeout: Duration::from_secs(5),
+        interval: Duration::from_millis(10),
+    }
+}
+
+#[tokio::test]
+async fn a_migration_that_completes_lets_up_go_on() {
+    let (client, bodies) = scripted_with_bodies(vec![
+        ("PATCH", JOB, 200, with_status(json!({}))),
+        ("GET", JOB, 200, with_status(json!({"active": 1}))),
+        ("GET", JOB, 200, with_status(json!({"succeeded": 1}))),
+    ]);
+    run(client, "af-shop-main", &job(), quick()).await.unwrap();
+    let applied: serde_json::Value = serde_json::from_slice(&bodies.lock().unwrap()[0]).unwrap();
+    assert_eq!(applied["spec"]["backoffLimit"], 0, "never retried");
+}
+
+#[tokio::test]
+async fn a_failed_migration_stops_up_with_its_last_lines() {
+    let (client, _) = scripted_with_bodies(vec![
+        ("PATCH", JOB, 200, with_status(json!({}))),
+        ("GET", JOB, 200, with_status(json!({"failed": 1}))),
+        (
+            "GET",
+            "/api/v1/namespaces/af-shop-main/pods",
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList",
+            "metadata": {}, "items": [{"metadata": {"name": "af-migrate-web-x7k2p"}}]}),
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/af-shop-main/pods/af-migrate-web-x7k2p/log",
+            200,
+            json!("applying 0001_orders\nERROR: relation \"orders\" already exists\n"),
+        ),
+    ]);
+    let err = run(client, "af-shop-main", &job(), quick())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), RunCode::PlatformFailed);
+    let text = err.to_string();
+    assert!(
+        text.contains("the migration failed; it is not retried"),
+        "{text}"
+    );
+    assert!(
+        text.contains("relation \"orders\" already exists"),
+        "{text}"
+    );
+}
