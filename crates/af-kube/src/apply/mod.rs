@@ -8,7 +8,9 @@
 pub mod fit;
 pub mod job;
 pub mod namespace;
+pub mod objects;
 pub mod probe;
+pub mod readiness;
 
 /// The field manager of every server-side apply: one, so a second `up` owns what the first set.
 pub const FIELD_MANAGER: &str = "af";

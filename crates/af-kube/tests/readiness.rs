@@ -1,0 +1,87 @@
+//! What a pod says about whether it will become ready, row by row: an image that cannot be
+//! pulled, a crash loop, no node to run on, a startup gate that refused; and what "ready" is.
+
+use af_kube::apply::readiness::{all_ready, pod_problem};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+
+fn pod(status: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({"metadata": {"name": "web-1"}, "status": status})).unwrap()
+}
+
+fn container(name: &str, state: serde_json::Value) -> serde_json::Value {
+    json!({"name": name, "image": "shop/web:1", "imageID": "", "ready": false, "restartCount": 3, "state": state})
+}
+
+#[test]
+fn a_running_pod_has_no_problem() {
+    assert_eq!(
+        pod_problem(&pod(
+            json!({"phase": "Running", "containerStatuses": [container("web", json!({"running": {}}))]})
+        )),
+        None
+    );
+}
+
+#[test]
+fn an_image_that_cannot_be_pulled_names_the_image() {
+    let found = pod_problem(&pod(json!({"containerStatuses": [container("web", json!({"waiting": {"reason": "ErrImagePull"}}))]}))).unwrap();
+    assert!(
+        found.starts_with("ErrImagePull") && found.contains("shop/web:1"),
+        "{found}"
+    );
+}
+
+#[test]
+fn a_crash_loop_names_the_container_and_its_last_exit() {
+    let mut looping = container("web", json!({"waiting": {"reason": "CrashLoopBackOff"}}));
+    looping["lastState"] = json!({"terminated": {"exitCode": 2}});
+    let found = pod_problem(&pod(json!({"containerStatuses": [looping]}))).unwrap();
+    assert_eq!(
+        found,
+        "CrashLoopBackOff: container web keeps exiting, last exit 2"
+    );
+}
+
+#[test]
+fn an_unschedulable_pod_says_why() {
+    let found = pod_problem(&pod(
+        json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/1 nodes are available: 1 Insufficient cpu."}]}),
+    ))
+    .unwrap();
+    assert_eq!(
+        found,
+        "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
+    );
+}
+
+#[test]
+fn a_gate_that_refused_is_named() {
+    let found = pod_problem(&pod(json!({"initContainerStatuses": [container("af-gate", json!({"terminated": {"exitCode": 1}}))]}))).unwrap();
+    assert!(found.starts_with("the startup gate refused"), "{found}");
+    // A gate that passed is no problem.
+    assert_eq!(
+        pod_problem(&pod(
+            json!({"initContainerStatuses": [container("af-gate", json!({"terminated": {"exitCode": 0}}))]})
+        )),
+        None
+    );
+}
+
+#[test]
+fn ready_means_every_wanted_replica_ready() {
+    let deployment = |wanted: i32, ready: i32| -> Deployment {
+        serde_json::from_value(
+            json!({"metadata": {"name": "web"}, "spec": {"replicas": wanted,
+            "selector": {}, "template": {}}, "status": {"readyReplicas": ready}}),
+        )
+        .unwrap()
+    };
+    assert!(all_ready(&deployment(3, 3)));
+    assert!(
+        !all_ready(&deployment(3, 2)),
+        "a third pod still scheduling is not ready"
+    );
+}
