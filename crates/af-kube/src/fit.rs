@@ -280,3 +280,25 @@ pub fn instances(rendered: &crate::render::Rendered) -> Vec<Instance> {
         })
         .collect()
 }
+
+/// The size a running pod's service container was given, as the cluster reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub cpu_millis: Option<u128>,
+    pub memory_bytes: Option<u128>,
+}
+
+/// The limits of `pod`'s first container (the service's own), each only when set.
+pub fn pod_limits(pod: &Pod) -> Applied {
+    let limits = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| r.limits.as_ref());
+    let get = |key: &str, cpu: bool| limits.and_then(|l| l.get(key)).map(|q| quantity(&q.0, cpu));
+    Applied {
+        cpu_millis: get("cpu", true),
+        memory_bytes: get("memory", false),
+    }
+}

@@ -5,3 +5,6 @@
 pub mod apply;
 pub mod fit;
 pub mod render;
+pub mod runtime;
+
+pub use runtime::KubeRuntime;

@@ -1,5 +1,6 @@
 //! A migration Job against the API (exact exchanges): applied once with af's field manager, waited
-//! for; a failed Job stops `up` with the migration's last log lines and is not retried.
+//! for; a failed Job stops `up` with the migration's last log lines and is not retried; a Job that
+//! already ran as desired is not written again.
 
 mod api;
 
@@ -38,18 +39,20 @@ fn quick() -> Patience {
 #[tokio::test]
 async fn a_migration_that_completes_lets_up_go_on() {
     let (client, bodies) = scripted_with_bodies(vec![
+        ("GET", JOB, 404, api::status(404, "NotFound", "not found")),
         ("PATCH", JOB, 200, with_status(json!({}))),
         ("GET", JOB, 200, with_status(json!({"active": 1}))),
         ("GET", JOB, 200, with_status(json!({"succeeded": 1}))),
     ]);
     run(client, "af-shop-main", &job(), quick()).await.unwrap();
-    let applied: serde_json::Value = serde_json::from_slice(&bodies.lock().unwrap()[0]).unwrap();
+    let applied: serde_json::Value = serde_json::from_slice(&bodies.lock().unwrap()[1]).unwrap();
     assert_eq!(applied["spec"]["backoffLimit"], 0, "never retried");
 }
 
 #[tokio::test]
 async fn a_failed_migration_stops_up_with_its_last_lines() {
     let (client, _) = scripted_with_bodies(vec![
+        ("GET", JOB, 404, api::status(404, "NotFound", "not found")),
         ("PATCH", JOB, 200, with_status(json!({}))),
         ("GET", JOB, 200, with_status(json!({"failed": 1}))),
         (
@@ -79,4 +82,15 @@ async fn a_failed_migration_stops_up_with_its_last_lines() {
         text.contains("relation \"orders\" already exists"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_migration_that_already_ran_is_not_written_again() {
+    let done = with_status(json!({"succeeded": 1}));
+    let (client, _) = scripted_with_bodies(vec![
+        ("GET", JOB, 200, done.clone()),
+        ("GET", JOB, 200, done),
+    ]);
+    let wrote = run(client, "af-shop-main", &job(), quick()).await.unwrap();
+    assert!(!wrote, "no write: the script has no PATCH");
 }

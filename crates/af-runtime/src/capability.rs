@@ -34,6 +34,8 @@ pub enum Capability {
     /// Readiness counts any HTTP answer on `health_path` (the local runtime); without it, only
     /// 2xx/3xx count (Kubernetes decides readiness itself).
     AnyStatusIsReady,
+    /// Building `build:` contexts into images a cluster's nodes can run.
+    ClusterImageBuilds,
     /// Readiness counts only 2xx/3xx answers on `health_path` (Kubernetes, which decides
     /// readiness itself); the other half of the documented local/Kubernetes difference.
     HealthMustSucceed,
@@ -56,6 +58,9 @@ impl Capability {
                 "an external database (database.provider: external): its services reach outside only through the sidecar's HTTP proxy, so a connection string would never connect"
             }
             Capability::AnyStatusIsReady => "treating any HTTP status on health_path as ready",
+            Capability::ClusterImageBuilds => {
+                "building services' images for the cluster's nodes yet (build:); name an image the nodes can pull with image:"
+            }
             Capability::HealthMustSucceed => {
                 "counting only 2xx/3xx on health_path as ready (it treats any status as ready)"
             }

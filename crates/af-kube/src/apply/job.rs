@@ -7,7 +7,7 @@ use af_runtime::{RuntimeError, RuntimeErrorKind};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ListParams, LogParams, Patch, PatchParams};
+use kube::api::{ListParams, LogParams};
 
 use super::namespace::Patience;
 
@@ -25,23 +25,19 @@ pub fn last_lines(text: &str, count: usize) -> String {
     lines[lines.len().saturating_sub(count)..].join("\n  ")
 }
 
-/// Applies `job` and waits until it completes; a failed Job is an error carrying the last lines
-/// its pod wrote.
+/// Applies `job` (unless it is there as desired: a migration that ran is not run again) and waits
+/// until it completes; a failed Job is an error carrying the last lines its pod wrote. `true` when
+/// the Job was written.
 pub async fn run(
     client: kube::Client,
     namespace: &str,
     job: &Job,
     patience: Patience,
-) -> Result<(), RuntimeError> {
+) -> Result<bool, RuntimeError> {
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
     let name = job.metadata.name.clone().unwrap_or_default();
-    jobs.patch(
-        &name,
-        &PatchParams::apply(super::FIELD_MANAGER).force(),
-        &Patch::Apply(job),
-    )
-    .await
-    .map_err(|e| failed(format!("applying the migration Job {namespace}/{name}"), e))?;
+    let (_, wrote) =
+        super::objects::apply(client.clone(), &crate::render::Object::Job(job.clone())).await?;
     let started = tokio::time::Instant::now();
     loop {
         let current = jobs
@@ -50,7 +46,7 @@ pub async fn run(
             .map_err(|e| failed(format!("reading the migration Job {namespace}/{name}"), e))?;
         let status = current.status.unwrap_or_default();
         if status.succeeded.unwrap_or(0) > 0 {
-            return Ok(());
+            return Ok(wrote);
         }
         if status.failed.unwrap_or(0) > 0 {
             let lines = pod_log(client.clone(), namespace, &name).await;

@@ -133,27 +133,28 @@ async fn wait_gone(
 }
 
 /// Creates `namespace` (which carries our labels in the object itself), reuses it when it is ours,
-/// waits out an earlier `down` still deleting it, and refuses one that is not ours.
+/// waits out an earlier `down` still deleting it, and refuses one that is not ours. `true` when it
+/// created the namespace.
 pub async fn ensure(
     client: kube::Client,
     namespace: &Namespace,
     env: &EnvironmentId,
     patience: Patience,
-) -> Result<(), RuntimeError> {
+) -> Result<bool, RuntimeError> {
     let api: Api<Namespace> = Api::all(client);
     let name = namespace.metadata.name.clone().unwrap_or_default();
     match state_of(read(&api, &name).await?.as_ref(), env) {
-        NamespaceState::Ours => return Ok(()),
+        NamespaceState::Ours => return Ok(false),
         NamespaceState::Foreign => return Err(not_ours(&name)),
         NamespaceState::Terminating { .. } => wait_gone(&api, &name, env, patience).await?,
         NamespaceState::Absent => {}
     }
     match api.create(&PostParams::default(), namespace).await {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(true),
         // Created between the read and the create: ours only if it carries our label.
         Err(kube::Error::Api(status)) if status.code == 409 => {
             match state_of(read(&api, &name).await?.as_ref(), env) {
-                NamespaceState::Ours => Ok(()),
+                NamespaceState::Ours => Ok(false),
                 _ => Err(not_ours(&name)),
             }
         }

@@ -22,6 +22,7 @@ mod network_policy;
 mod pod;
 mod probe_pod;
 mod secret;
+pub use secret::{CONFIG_KEY, FILLED_FROM_ANNOTATION};
 mod service;
 
 /// The sidecar's ports, as its configuration listens and its Service publishes them.

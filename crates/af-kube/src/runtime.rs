@@ -1,0 +1,589 @@
+//! The Kubernetes runtime: `up`, `down` and `status` of an environment on a cluster, in the
+//! order the guarantee needs (seed 000): fit check → namespace → policies → containment probe →
+//! sidecar (its Service first: its ClusterIP is every pod's resolver) → migrations → services →
+//! readiness. Everything is rendered by [`crate::render`] and applied server-side with one field
+//! manager, so a second `up` sends the same objects and changes nothing.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Instant;
+
+use af_manifest::{DatabaseProvider, EnvironmentId, ImageSource, Manifest};
+use af_runtime::{
+    Capabilities, Capability, ContainmentSummary, Environment, EnvironmentStatus, LogLine,
+    LogStream, ProgressEvent, ProgressSink, Runtime, RuntimeError, RuntimeErrorKind, ServiceStatus,
+    Step, UpReport,
+};
+use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::Api;
+use kube::api::{ListParams, LogParams, Patch, PatchParams};
+
+use crate::apply::namespace::Patience;
+use crate::apply::{FIELD_MANAGER, fit, job, namespace, objects, probe, readiness};
+use crate::render::names::{ROLE_LABEL, SERVICE_LABEL, SIDECAR, namespace as namespace_name};
+use crate::render::{Cluster, Object, RenderInput, Rendered, render};
+
+/// Where the last containment verdict is kept, for `af status`: on the namespace, which a
+/// workload cannot write (no pod has a service account token).
+pub const VERDICT_ANNOTATION: &str = "dev.antifailure.containment";
+
+/// The address rendering uses before the sidecar's Service has its ClusterIP (for the fit check,
+/// which reads only sizes).
+const STAND_IN: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 53));
+
+pub struct KubeRuntime {
+    client: kube::Client,
+    /// Which context and cluster this changes, said before `up` changes anything.
+    target: String,
+    namespace_prefix: String,
+    engine_image: String,
+    probe_targets: Vec<String>,
+    cluster: Cluster,
+    capabilities: Capabilities,
+}
+
+impl std::fmt::Debug for KubeRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeRuntime")
+            .field("target", &self.target)
+            .field("namespace_prefix", &self.namespace_prefix)
+            .finish()
+    }
+}
+
+fn failed(operation: impl Into<String>, err: impl std::fmt::Display) -> RuntimeError {
+    RuntimeErrorKind::PlatformFailed {
+        operation: operation.into(),
+        detail: err.to_string(),
+    }
+    .into()
+}
+
+/// A fresh control token: 32 random bytes, hex.
+fn token() -> Result<String, RuntimeError> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .map_err(|e| failed("making the sidecar's control token", e))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl KubeRuntime {
+    /// A runtime over `client`. `target` names the context and cluster for the person.
+    pub fn new(
+        client: kube::Client,
+        target: String,
+        namespace_prefix: String,
+        engine_image: String,
+        probe_targets: Vec<String>,
+        cluster: Cluster,
+    ) -> KubeRuntime {
+        KubeRuntime {
+            client,
+            target,
+            namespace_prefix,
+            engine_image,
+            probe_targets,
+            cluster,
+            capabilities: Capabilities::new(
+                "kubernetes",
+                [
+                    Capability::Environments,
+                    Capability::Migrations,
+                    Capability::CronSchedules,
+                    Capability::HealthPaths,
+                    Capability::HealthMustSucceed,
+                    Capability::PreviewUrls,
+                ],
+            ),
+        }
+    }
+
+    /// Connects through the kubeconfig: `context`, or the current one.
+    pub async fn connect(
+        context: Option<&str>,
+        namespace_prefix: String,
+        engine_image: String,
+        probe_targets: Vec<String>,
+        cluster: Cluster,
+    ) -> Result<KubeRuntime, RuntimeError> {
+        let options = kube::config::KubeConfigOptions {
+            context: context.map(str::to_string),
+            ..Default::default()
+        };
+        let kubeconfig =
+            kube::config::Kubeconfig::read().map_err(|e| failed("reading the kubeconfig", e))?;
+        let chosen = context
+            .map(str::to_string)
+            .or(kubeconfig.current_context.clone())
+            .unwrap_or_default();
+        let cluster_name = kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == chosen)
+            .and_then(|c| c.context.as_ref())
+            .map(|c| c.cluster.clone())
+            .unwrap_or_default();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|e| failed(format!("using kubeconfig context {chosen:?}"), e))?;
+        let target = format!(
+            "context {chosen} (cluster {cluster_name}, {})",
+            config.cluster_url
+        );
+        let client =
+            kube::Client::try_from(config).map_err(|e| failed("connecting to the cluster", e))?;
+        Ok(KubeRuntime::new(
+            client,
+            target,
+            namespace_prefix,
+            engine_image,
+            probe_targets,
+            cluster,
+        ))
+    }
+
+    fn namespace(&self, id: &EnvironmentId) -> String {
+        namespace_name(&self.namespace_prefix, id)
+    }
+
+    async fn step<T>(
+        progress: &dyn ProgressSink,
+        step: Step,
+        detail: &str,
+        work: impl std::future::Future<Output = Result<T, RuntimeError>>,
+    ) -> Result<T, RuntimeError> {
+        progress.emit(ProgressEvent::StepStarted {
+            step,
+            detail: detail.to_string(),
+        });
+        let started = Instant::now();
+        let result = work.await?;
+        progress.emit(ProgressEvent::StepFinished {
+            step,
+            detail: detail.to_string(),
+            elapsed: started.elapsed(),
+        });
+        Ok(result)
+    }
+
+    /// What this runtime cannot do for `manifest`, refused before anything is created.
+    fn refuse_unsupported(&self, manifest: &Manifest) -> Result<(), RuntimeError> {
+        match manifest.database.as_ref().map(|d| &d.provider) {
+            Some(DatabaseProvider::Container { .. }) => {
+                return Err(self.capabilities.unsupported(Capability::ContainerDatabase));
+            }
+            Some(DatabaseProvider::External { .. }) => {
+                return Err(self.capabilities.unsupported(Capability::ExternalDatabase));
+            }
+            None => {}
+        }
+        if manifest
+            .services
+            .values()
+            .any(|s| matches!(s.source, ImageSource::Build { .. }))
+        {
+            return Err(self
+                .capabilities
+                .unsupported(Capability::ClusterImageBuilds));
+        }
+        Ok(())
+    }
+
+    fn rendered(
+        &self,
+        environment: &Environment,
+        sidecar_ip: IpAddr,
+        token: &str,
+    ) -> Result<Rendered, RuntimeError> {
+        let images: BTreeMap<String, String> = environment
+            .manifest
+            .services
+            .values()
+            .filter_map(|s| match &s.source {
+                ImageSource::Image(reference) => Some((s.name.clone(), reference.clone())),
+                ImageSource::Build { .. } => None,
+            })
+            .collect();
+        let commands = BTreeMap::new();
+        render(&RenderInput {
+            manifest: &environment.manifest,
+            env: &environment.id,
+            sidecar_ip,
+            engine_image: &self.engine_image,
+            images: &images,
+            image_commands: &commands,
+            probe_targets: &self.probe_targets,
+            control_token: token,
+            cluster: &self.cluster,
+        })
+        .map_err(|e| failed("rendering the environment", e))
+    }
+
+    /// Applies `objects` in order; `true` when any was written.
+    async fn apply_all(
+        &self,
+        objects: impl IntoIterator<Item = Object>,
+    ) -> Result<bool, RuntimeError> {
+        let mut wrote = false;
+        for object in objects {
+            wrote |= objects::apply(self.client.clone(), &object).await?.1;
+        }
+        Ok(wrote)
+    }
+
+    /// The control token of the sidecar's current configuration, if there is one.
+    async fn current_token(&self, namespace: &str) -> Option<String> {
+        let secret = Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .get_opt(crate::render::names::SIDECAR_CONFIG)
+            .await
+            .ok()??;
+        let config = secret.data?.remove(crate::render::CONFIG_KEY)?;
+        let text = String::from_utf8(config.0).ok()?;
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix("token: "))
+            .map(|token| token.trim_matches('"').to_string())
+    }
+
+    /// Keeps `verdict` on the namespace for `af status`.
+    async fn record_verdict(
+        &self,
+        namespace: &Namespace,
+        verdict: &ContainmentSummary,
+    ) -> Result<(), RuntimeError> {
+        let mut annotated = namespace.clone();
+        annotated.metadata.annotations = Some(BTreeMap::from([(
+            VERDICT_ANNOTATION.to_string(),
+            serde_json::to_string(verdict).unwrap_or_default(),
+        )]));
+        let name = annotated.metadata.name.clone().unwrap_or_default();
+        Api::<Namespace>::all(self.client.clone())
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&annotated),
+            )
+            .await
+            .map(drop)
+            .map_err(|e| {
+                failed(
+                    format!("recording the containment verdict on namespace {name}"),
+                    e,
+                )
+            })
+    }
+
+    /// The values of af's environment the services read (`from_env`), into their Secret.
+    fn with_values(secret: &Secret) -> Result<Secret, RuntimeError> {
+        let keys = secret
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::render::FILLED_FROM_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        let mut values = BTreeMap::new();
+        for key in keys.split(',').filter(|k| !k.is_empty()) {
+            let value = std::env::var(key).map_err(|_| {
+                failed(
+                    "filling the services' Secret",
+                    format!("a service takes {key} from the environment af runs in, and it is not set; set it and run af up again"),
+                )
+            })?;
+            values.insert(key.to_string(), value);
+        }
+        let mut filled = secret.clone();
+        filled.string_data = Some(values);
+        Ok(filled)
+    }
+}
+
+#[async_trait]
+impl Runtime for KubeRuntime {
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    async fn up(
+        &self,
+        environment: &Environment,
+        progress: &dyn ProgressSink,
+    ) -> Result<UpReport, RuntimeError> {
+        self.refuse_unsupported(&environment.manifest)?;
+        progress.emit(ProgressEvent::Notice {
+            message: format!("af up is about to change {}", self.target),
+        });
+        let client = self.client.clone();
+        // Sizes do not depend on the sidecar's address: the fit check runs before anything exists.
+        let sized = self.rendered(environment, STAND_IN, "")?;
+        Self::step(
+            progress,
+            Step::FitCheck,
+            "the environment's sizes against the free room",
+            fit::check(client.clone(), &crate::fit::instances(&sized), progress),
+        )
+        .await?;
+        let name = self.namespace(&environment.id);
+        // Whether this up wrote anything beyond the probe's own pod and verdict.
+        let mut changed = Self::step(progress, Step::Namespace, &name, {
+            namespace::ensure(
+                client.clone(),
+                &sized.namespace,
+                &environment.id,
+                Patience::default(),
+            )
+        })
+        .await?;
+        changed |= Self::step(
+            progress,
+            Step::Policies,
+            "default deny, and the sidecar as the only way out",
+            self.apply_all(sized.policies.iter().cloned().map(Object::NetworkPolicy)),
+        )
+        .await?;
+        // The sidecar's Service first: its ClusterIP is every pod's resolver and proxy.
+        let (service, wrote) = objects::apply(
+            client.clone(),
+            &Object::Service(sized.sidecar_service.clone()),
+        )
+        .await?;
+        changed |= wrote;
+        let sidecar_ip: IpAddr = match &service {
+            Object::Service(s) => s.spec.as_ref().and_then(|spec| spec.cluster_ip.clone()),
+            _ => None,
+        }
+        .and_then(|ip| ip.parse().ok())
+        .ok_or_else(|| {
+            failed(
+                format!("reading the ClusterIP of {name}/{SIDECAR}"),
+                "the cluster assigned none",
+            )
+        })?;
+        // The token the sidecar already has is kept: a new one would replace the sidecar every up.
+        let token = match self.current_token(&name).await {
+            Some(token) => token,
+            None => token()?,
+        };
+        let rendered = self.rendered(environment, sidecar_ip, &token)?;
+        let verdict = Self::step(
+            progress,
+            Step::Probe,
+            "every escape route, under a service's rules",
+            probe::run(client.clone(), &name, &rendered.probe, probe::PATIENCE),
+        )
+        .await?;
+        self.record_verdict(&rendered.namespace, &verdict).await?;
+        changed |= Self::step(progress, Step::Sidecar, "the egress sidecar", async {
+            let wrote = self
+                .apply_all([
+                    Object::Secret(rendered.sidecar_config.clone()),
+                    Object::Deployment(rendered.sidecar.clone()),
+                ])
+                .await?;
+            readiness::wait(
+                client.clone(),
+                &name,
+                &[SIDECAR.to_string()],
+                readiness::PATIENCE,
+            )
+            .await?;
+            Ok(wrote)
+        })
+        .await?;
+        if let Some(secret) = &rendered.service_env {
+            changed |= self
+                .apply_all([Object::Secret(Self::with_values(secret)?)])
+                .await?;
+        }
+        for migration in &rendered.migrations {
+            let detail = migration.metadata.name.clone().unwrap_or_default();
+            changed |= Self::step(progress, Step::Migrations, &detail, {
+                job::run(client.clone(), &name, migration, job::PATIENCE)
+            })
+            .await?;
+        }
+        let names: Vec<String> = rendered
+            .deployments
+            .iter()
+            .filter_map(|d| d.metadata.name.clone())
+            .collect();
+        changed |= Self::step(progress, Step::Services, &names.join(", "), {
+            self.apply_all(
+                rendered
+                    .services
+                    .iter()
+                    .cloned()
+                    .map(Object::Service)
+                    .chain(rendered.deployments.iter().cloned().map(Object::Deployment))
+                    .chain(rendered.ingresses.iter().cloned().map(Object::Ingress)),
+            )
+        })
+        .await?;
+        Self::step(
+            progress,
+            Step::Readiness,
+            "every replica of every service",
+            readiness::wait(client.clone(), &name, &names, readiness::PATIENCE),
+        )
+        .await?;
+        let status = self.status(&environment.id).await?;
+        for service in &status.services {
+            for url in &service.urls {
+                progress.emit(ProgressEvent::Url {
+                    service: service.name.clone(),
+                    url: url.clone(),
+                });
+            }
+        }
+        Ok(UpReport {
+            unchanged: !changed,
+            status,
+        })
+    }
+
+    async fn down(
+        &self,
+        id: &EnvironmentId,
+        progress: &dyn ProgressSink,
+    ) -> Result<(), RuntimeError> {
+        let name = self.namespace(id);
+        Self::step(progress, Step::Teardown, &format!("namespace {name}"), {
+            namespace::delete(self.client.clone(), &name, id, Patience::default())
+        })
+        .await
+    }
+
+    async fn status(&self, id: &EnvironmentId) -> Result<EnvironmentStatus, RuntimeError> {
+        let name = self.namespace(id);
+        let namespace = Api::<Namespace>::all(self.client.clone())
+            .get_opt(&name)
+            .await
+            .map_err(|e| failed(format!("reading namespace {name}"), e))?;
+        let Some(namespace) = namespace
+            .filter(|n| namespace::state_of(Some(n), id) != namespace::NamespaceState::Foreign)
+        else {
+            return Ok(EnvironmentStatus {
+                id: id.clone(),
+                services: Vec::new(),
+                containment: None,
+            });
+        };
+        let containment = namespace
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(VERDICT_ANNOTATION))
+            .and_then(|text| serde_json::from_str(text).ok());
+        let deployments = Api::<Deployment>::namespaced(self.client.clone(), &name)
+            .list(&ListParams::default().labels(af_runtime::MANAGED_LABEL))
+            .await
+            .map_err(|e| failed(format!("listing the Deployments of {name}"), e))?;
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &name)
+            .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=service")))
+            .await
+            .map_err(|e| failed(format!("listing the pods of {name}"), e))?;
+        let ingresses = Api::<Ingress>::namespaced(self.client.clone(), &name)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| failed(format!("listing the Ingresses of {name}"), e))?;
+        let services = deployments
+            .items
+            .iter()
+            .filter(|d| d.metadata.name.as_deref() != Some(SIDECAR))
+            .map(|deployment| {
+                let service = deployment.metadata.name.clone().unwrap_or_default();
+                // The applied size, read off a running pod of the service: what the cluster runs,
+                // not what was sent.
+                let applied = pods
+                    .items
+                    .iter()
+                    .find(|p| {
+                        p.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(SERVICE_LABEL))
+                            == Some(&service)
+                    })
+                    .map(crate::fit::pod_limits);
+                let urls = ingresses
+                    .items
+                    .iter()
+                    .filter(|i| i.metadata.name.as_deref() == Some(service.as_str()))
+                    .flat_map(|i| i.spec.clone().and_then(|s| s.rules).unwrap_or_default())
+                    .filter_map(|rule| rule.host.map(|host| format!("http://{host}")))
+                    .collect();
+                ServiceStatus {
+                    name: service,
+                    ready: u32::try_from(
+                        deployment
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.ready_replicas)
+                            .unwrap_or(0),
+                    )
+                    .unwrap_or(0),
+                    wanted: u32::try_from(
+                        deployment
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.replicas)
+                            .unwrap_or(1),
+                    )
+                    .unwrap_or(0),
+                    applied_cpu_millis: applied
+                        .and_then(|a| a.cpu_millis.map(|c| u64::try_from(c).unwrap_or(u64::MAX))),
+                    applied_memory_bytes: applied
+                        .and_then(|a| a.memory_bytes.map(|m| u64::try_from(m).unwrap_or(u64::MAX))),
+                    urls,
+                }
+            })
+            .collect();
+        Ok(EnvironmentStatus {
+            id: id.clone(),
+            services,
+            containment,
+        })
+    }
+
+    async fn logs(
+        &self,
+        id: &EnvironmentId,
+        service: &str,
+        _follow: bool,
+    ) -> Result<LogStream, RuntimeError> {
+        let name = self.namespace(id);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &name);
+        let listed = pods
+            .list(
+                &ListParams::default()
+                    .labels(&format!("{SERVICE_LABEL}={service},{ROLE_LABEL}=service")),
+            )
+            .await
+            .map_err(|e| failed(format!("listing the pods of {service}"), e))?;
+        let mut lines = Vec::new();
+        for pod in listed.items {
+            let instance = pod.metadata.name.clone().unwrap_or_default();
+            let text = pods
+                .logs(
+                    &instance,
+                    &LogParams {
+                        container: Some(service.to_string()),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(|e| failed(format!("reading the log of {instance}"), e))?;
+            lines.extend(text.lines().map(|line| {
+                Ok(LogLine {
+                    instance: instance.clone(),
+                    line: line.to_string(),
+                })
+            }));
+        }
+        Ok(Box::pin(futures_util::stream::iter(lines)))
+    }
+}
