@@ -4,8 +4,8 @@ use std::path::Path;
 
 use af_manifest::{EnvironmentId, Manifest, Provider};
 use af_runtime::{
-    Capabilities, Capability, CapturedItem, DecisionQuery, DecisionRecord, Environment,
-    EnvironmentStatus, InboxEntry, Runtime, RuntimeError, WebhookDelivery, WebhookRequest,
+    CapturedItem, DecisionQuery, DecisionRecord, Environment, EnvironmentStatus, InboxEntry,
+    Runtime, RuntimeError, WebhookDelivery, WebhookRequest,
 };
 
 use crate::cli::EnvArgs;
@@ -203,7 +203,19 @@ async fn connect(manifest: &Manifest) -> Result<Box<dyn Runtime>, RuntimeError> 
             )))
         }
         Provider::Kubernetes => {
-            Err(Capabilities::new("kubernetes", []).unsupported(Capability::Environments))
+            // The nodes must be able to pull the engine image: AF_PROXY_IMAGE names one they can;
+            // otherwise the tag this build's image has, which the probe reports at once if the
+            // nodes cannot pull it.
+            let engine_image = af_docker::engine_image::expected().map_err(RuntimeError::from)?;
+            let runtime = af_kube::KubeRuntime::connect(
+                manifest.runtime.kubeconfig_context.as_deref(),
+                manifest.runtime.namespace_prefix.clone(),
+                engine_image,
+                af_docker::probe::target_args(None),
+                af_kube::render::Cluster::default(),
+            )
+            .await?;
+            Ok(Box::new(runtime))
         }
     }
 }

@@ -191,8 +191,20 @@ fn an_interrupted_up_leaves_nothing_down_cannot_remove() {
     assert_eq!(left, Vec::<String>::new(), "down removed everything");
 }
 
+/// A kubeconfig whose one context points at a loopback port nothing listens on: `af` reads it,
+/// says which context and cluster it is about to change, and fails at its first request.
+fn unreachable_cluster(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\ncurrent-context: k3d-nowhere\nclusters:\n- name: nowhere\n  cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\ncontexts:\n- name: k3d-nowhere\n  context: {cluster: nowhere, user: nobody}\nusers:\n- name: nobody\n  user: {token: t}\n",
+    )
+    .unwrap();
+    path
+}
+
 #[test]
-fn a_kubernetes_manifest_is_af_run_044_naming_the_runtime() {
+fn a_kubernetes_up_says_which_context_and_cluster_it_changes_and_names_what_failed() {
     let dir = std::env::temp_dir().join(format!("af-cli-k8s-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -200,11 +212,45 @@ fn a_kubernetes_manifest_is_af_run_044_naming_the_runtime() {
         "name: k\nruntime: {provider: kubernetes}\nservices: {web: {image: x}}\n",
     )
     .unwrap();
-    let out = af(&dir, &["up", "--env", "x"]);
+    let kubeconfig = unreachable_cluster(&dir);
+    let up = af_command(&dir, &["up", "--env", "x"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("AF_PROXY_IMAGE", "registry.example/antifailure/proxy:1")
+        .output()
+        .unwrap();
+    let net_log = af_command(&dir, &["net", "log", "--env", "x"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("AF_PROXY_IMAGE", "registry.example/antifailure/proxy:1")
+        .output()
+        .unwrap();
+    let no_kubeconfig = af_command(&dir, &["up", "--env", "x"])
+        .env("KUBECONFIG", dir.join("missing"))
+        .env("HOME", &dir)
+        .env("AF_PROXY_IMAGE", "registry.example/antifailure/proxy:1")
+        .output()
+        .unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(out.status.code(), Some(44));
+    let up_text = String::from_utf8_lossy(&up.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("AF-RUN-044 the kubernetes runtime does not support")
+        up_text.contains(
+            "af up is about to change context k3d-nowhere (cluster nowhere, https://127.0.0.1:1"
+        ),
+        "{up_text}"
     );
+    assert_eq!(up.status.code(), Some(4), "{up_text}");
+    assert!(
+        up_text.contains("AF-RUN-001") && up_text.contains("listing nodes for the fit check"),
+        "{up_text}"
+    );
+    let log_text = String::from_utf8_lossy(&net_log.stderr);
+    assert_eq!(net_log.status.code(), Some(44), "{log_text}");
+    assert!(
+        log_text.contains(
+            "AF-RUN-044 the kubernetes runtime does not support reading the sidecar's decision log"
+        ),
+        "{log_text}"
+    );
+    let missing = String::from_utf8_lossy(&no_kubeconfig.stderr);
+    assert_eq!(no_kubeconfig.status.code(), Some(4), "{missing}");
+    assert!(missing.contains("reading the kubeconfig"), "{missing}");
 }

@@ -1,0 +1,344 @@
+//! `up` and `down` of a whole environment against a stateful fake API server (objects kept by
+//! path, statuses filled in as a healthy cluster would): the order of every write; a second `up`
+//! that writes nothing but the probe's pod and verdict; a foreign namespace refused before any
+//! write; an escaped probe route stopping `up` after the namespace and its policies (so `down`
+//! removes them) and before the sidecar; a failed migration stopping `up` before the services.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use af_kube::KubeRuntime;
+use af_kube::render::Cluster;
+use af_manifest::{EnvValue, ImageSource, Manifest};
+use af_runtime::{Environment, ProgressEvent, ProgressSink, RunCode, Runtime};
+use http::{Request, Response};
+use kube::client::Body;
+use serde_json::{Value, json};
+
+struct Quiet;
+
+impl ProgressSink for Quiet {
+    fn emit(&self, _: ProgressEvent) {}
+}
+
+#[derive(Default)]
+struct Fake {
+    objects: BTreeMap<String, Value>,
+    writes: Vec<String>,
+    probe_escapes: bool,
+    migration_fails: bool,
+}
+
+type Shared = Arc<Mutex<Fake>>;
+
+/// (collection, name, subresource) of an API path: `af-shop-main/pods`, `af-probe`, `log`.
+fn parts(path: &str) -> (String, Option<String>, Option<String>) {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let rest = if segments[0] == "api" {
+        &segments[2..]
+    } else {
+        &segments[3..]
+    };
+    if rest[0] == "namespaces" && rest.len() >= 3 {
+        (
+            format!("{}/{}", rest[1], rest[2]),
+            rest.get(3).map(|s| s.to_string()),
+            rest.get(4).map(|s| s.to_string()),
+        )
+    } else {
+        (
+            rest[0].to_string(),
+            rest.get(1).map(|s| s.to_string()),
+            None,
+        )
+    }
+}
+
+/// What a healthy cluster would have filled in.
+fn with_status(collection: &str, mut object: Value, fake: &Fake) -> Value {
+    let resource = collection.rsplit('/').next().unwrap_or_default();
+    match resource {
+        "services" => object["spec"]["clusterIP"] = json!("10.43.0.53"),
+        "deployments" => {
+            let wanted = object["spec"]["replicas"].as_i64().unwrap_or(1);
+            object["status"] = json!({"readyReplicas": wanted, "replicas": wanted});
+        }
+        "jobs" if fake.migration_fails => object["status"] = json!({"failed": 1}),
+        "jobs" => object["status"] = json!({"succeeded": 1}),
+        "pods" => {
+            let exit = if fake.probe_escapes { 1 } else { 0 };
+            object["status"] = json!({"phase": if exit == 0 {"Succeeded"} else {"Failed"},
+                "containerStatuses": [{"name": "af-probe", "image": "x", "imageID": "", "ready": false,
+                    "restartCount": 0, "state": {"terminated": {"exitCode": exit}}}]});
+        }
+        _ => {}
+    }
+    object
+}
+
+fn list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items})
+}
+
+fn not_found() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
+}
+
+fn answer(fake: &mut Fake, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+    let (collection, name, sub) = parts(path);
+    let key = |name: &str| format!("{collection}/{name}");
+    match (method, name.as_deref(), sub.as_deref()) {
+        ("GET", None, _) if collection == "nodes" => (
+            200,
+            list(vec![json!({"metadata": {"name": "k3d-0"},
+            "spec": {}, "status": {"allocatable": {"cpu": "16", "memory": "32Gi"},
+            "conditions": [{"type": "Ready", "status": "True"}]}})]),
+        ),
+        ("GET", None, _) if collection.ends_with("/pods") && fake.migration_fails => (
+            200,
+            list(vec![json!({"metadata": {"name": "af-migrate-web-x"}})]),
+        ),
+        ("GET", None, _) => {
+            let prefix = format!("{collection}/");
+            let items = fake
+                .objects
+                .iter()
+                .filter(|(key, _)| key.starts_with(&prefix))
+                .map(|(_, object)| with_status(&collection, object.clone(), fake))
+                .collect();
+            (200, list(items))
+        }
+        ("GET", Some(name), Some("log")) => {
+            let outcome = if fake.probe_escapes {
+                "escaped"
+            } else {
+                "denied"
+            };
+            let text = if name == "af-probe" {
+                json!({"check": "probe", "contained": !fake.probe_escapes, "routes": [
+                    {"route": "public-tcp", "target": "tcp 203.0.113.10:443", "outcome": outcome, "detail": ""}]})
+                .to_string()
+            } else {
+                "applying 0001\nERROR: it broke".to_string()
+            };
+            (200, Value::String(text))
+        }
+        ("GET", Some(name), _) => match fake.objects.get(&key(name)).cloned() {
+            Some(object) => (200, with_status(&collection, object, fake)),
+            None => (404, not_found()),
+        },
+        ("POST", None, _) => {
+            let object: Value = serde_json::from_slice(body).unwrap();
+            let name = object["metadata"]["name"].as_str().unwrap().to_string();
+            fake.writes.push(format!("POST {collection} {name}"));
+            fake.objects.insert(key(&name), object.clone());
+            (201, object)
+        }
+        ("PATCH", Some(name), _) => {
+            let object: Value = serde_json::from_slice(body).unwrap();
+            fake.writes.push(format!("PATCH {collection} {name}"));
+            fake.objects.insert(key(name), object.clone());
+            (200, with_status(&collection, object, fake))
+        }
+        ("DELETE", Some(name), _) => match fake.objects.remove(&key(name)) {
+            Some(object) => {
+                fake.writes.push(format!("DELETE {collection} {name}"));
+                (200, object)
+            }
+            None => (404, not_found()),
+        },
+        other => panic!("unexpected request {other:?} {path}"),
+    }
+}
+
+fn serve(fake: Shared) -> kube::Client {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    tokio::spawn(async move {
+        while let Some((request, respond)) = handle.next_request().await {
+            let method = request.method().to_string();
+            let path = request.uri().path().to_string();
+            let body = request.into_body().collect_bytes().await.unwrap();
+            let (status, value) = answer(&mut fake.lock().unwrap(), &method, &path, &body);
+            let bytes = match value {
+                Value::String(text) => text.into_bytes(),
+                other => serde_json::to_vec(&other).unwrap(),
+            };
+            respond.send_response(
+                Response::builder()
+                    .status(status)
+                    .body(Body::from(bytes))
+                    .unwrap(),
+            );
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// The shop with images the nodes can pull and no value taken from af's environment.
+fn shop() -> Manifest {
+    let mut manifest = support::shop();
+    for service in manifest.services.values_mut() {
+        service.source = ImageSource::Image(format!("registry.example/shop-{}:1", service.name));
+        for value in service.env.values_mut() {
+            if let EnvValue::FromEnv(_) = value {
+                *value = EnvValue::Literal("test".into());
+            }
+        }
+    }
+    manifest
+}
+
+fn runtime(fake: &Shared) -> KubeRuntime {
+    KubeRuntime::new(
+        serve(fake.clone()),
+        "context test (cluster fake)".into(),
+        "af-".into(),
+        support::ENGINE_IMAGE.into(),
+        support::targets(),
+        Cluster::default(),
+    )
+}
+
+fn environment() -> Environment {
+    Environment {
+        id: af_manifest::EnvironmentId::derive("shop", "main"),
+        manifest: shop(),
+        manifest_dir: ".".into(),
+    }
+}
+
+fn writes(fake: &Shared) -> Vec<String> {
+    std::mem::take(&mut fake.lock().unwrap().writes)
+}
+
+#[tokio::test]
+async fn up_writes_in_the_seeds_order_and_a_second_up_writes_nothing_but_the_probe() {
+    let fake = Shared::default();
+    let runtime = runtime(&fake);
+    let report = runtime.up(&environment(), &Quiet).await.unwrap();
+    assert!(!report.unchanged);
+    let ns = "af-shop-main";
+    let mut expected = vec!["POST namespaces af-shop-main".to_string()];
+    for policy in [
+        "af-deny-all",
+        "af-workloads-to-sidecar",
+        "af-workloads-to-workloads",
+        "af-sidecar-from-workloads",
+        "af-sidecar-egress",
+        "af-ingress-controller",
+    ] {
+        expected.push(format!("PATCH {ns}/networkpolicies {policy}"));
+    }
+    expected.extend([
+        format!("PATCH {ns}/services af-sidecar"),
+        format!("POST {ns}/pods af-probe"),
+        format!("DELETE {ns}/pods af-probe"),
+        "PATCH namespaces af-shop-main".to_string(),
+        format!("PATCH {ns}/secrets af-sidecar-config"),
+        format!("PATCH {ns}/deployments af-sidecar"),
+        format!("PATCH {ns}/jobs af-migrate-web"),
+        format!("PATCH {ns}/services worker"),
+        format!("PATCH {ns}/services web"),
+        format!("PATCH {ns}/deployments worker"),
+        format!("PATCH {ns}/deployments report"),
+        format!("PATCH {ns}/deployments web"),
+        format!("PATCH {ns}/ingresses web"),
+    ]);
+    assert_eq!(writes(&fake), expected);
+    let status = &report.status;
+    assert_eq!(status.services.len(), 3, "{status:?}");
+    assert!(status.containment.as_ref().unwrap().contained);
+    let web = status.services.iter().find(|s| s.name == "web").unwrap();
+    assert_eq!((web.ready, web.wanted), (2, 2));
+    assert_eq!(web.urls, ["http://shop-main-web.preview.shop.example"]);
+
+    let again = runtime.up(&environment(), &Quiet).await.unwrap();
+    assert!(again.unchanged, "a second up changes nothing");
+    assert_eq!(
+        writes(&fake),
+        [
+            format!("POST {ns}/pods af-probe"),
+            format!("DELETE {ns}/pods af-probe"),
+            "PATCH namespaces af-shop-main".to_string(),
+        ],
+        "only the probe runs again"
+    );
+
+    runtime.down(&environment().id, &Quiet).await.unwrap();
+    assert_eq!(writes(&fake), ["DELETE namespaces af-shop-main"]);
+}
+
+#[tokio::test]
+async fn a_foreign_namespace_is_refused_before_any_write() {
+    let fake = Shared::default();
+    fake.lock().unwrap().objects.insert(
+        "namespaces/af-shop-main".into(),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "af-shop-main", "labels": {"team": "x"}}}),
+    );
+    let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::NotOurs);
+    assert_eq!(writes(&fake), Vec::<String>::new());
+    let err = runtime(&fake)
+        .down(&environment().id, &Quiet)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), RunCode::NotOurs);
+    assert_eq!(writes(&fake), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_escaped_probe_route_stops_up_before_the_sidecar() {
+    let fake = Shared::default();
+    fake.lock().unwrap().probe_escapes = true;
+    let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::ContainmentRefused);
+    assert!(
+        err.to_string().contains("public-tcp tcp 203.0.113.10:443"),
+        "{err}"
+    );
+    let written = writes(&fake);
+    assert!(
+        written
+            .iter()
+            .any(|w| w.contains("networkpolicies af-deny-all")),
+        "{written:?}"
+    );
+    assert!(
+        !written.iter().any(|w| w.contains("deployments")),
+        "no sidecar, no service: {written:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_migration_stops_up_before_the_services() {
+    let fake = Shared::default();
+    fake.lock().unwrap().migration_fails = true;
+    let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
+    assert!(err.to_string().contains("ERROR: it broke"), "{err}");
+    let written = writes(&fake);
+    assert!(written.iter().any(|w| w.ends_with("jobs af-migrate-web")));
+    assert!(
+        !written.iter().any(|w| w.contains("deployments web")),
+        "{written:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_container_database_or_a_build_context_is_af_run_044() {
+    let fake = Shared::default();
+    let mut with_build = environment();
+    with_build.manifest.services.get_mut("web").unwrap().source = ImageSource::Build {
+        context: "./web".into(),
+        dockerfile: "Dockerfile".into(),
+    };
+    let err = runtime(&fake).up(&with_build, &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::Unsupported);
+    assert!(
+        err.to_string()
+            .contains("the kubernetes runtime does not support building"),
+        "{err}"
+    );
+    assert_eq!(writes(&fake), Vec::<String>::new());
+}
