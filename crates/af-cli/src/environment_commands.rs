@@ -215,6 +215,16 @@ async fn connect(manifest: &Manifest) -> Result<Box<dyn Runtime>, RuntimeError> 
                 af_kube::render::Cluster::default(),
             )
             .await?;
+            // k3d and kind nodes take copies of local images: build and copy with the local daemon.
+            if *runtime.loader() != af_kube::images::Loader::Registry {
+                let docker = af_docker::connect().await.map_err(RuntimeError::from)?;
+                af_docker::engine_image::ensure(&docker)
+                    .await
+                    .map_err(RuntimeError::from)?;
+                return Ok(Box::new(runtime.with_image_work(std::sync::Arc::new(
+                    crate::cluster_images::DockerImageWork::new(docker),
+                ))));
+            }
             Ok(Box::new(runtime))
         }
     }

@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod fit;
+pub mod images;
 pub mod render;
 pub mod runtime;
 

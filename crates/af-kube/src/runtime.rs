@@ -23,6 +23,7 @@ use kube::api::{ListParams, LogParams, Patch, PatchParams};
 
 use crate::apply::namespace::Patience;
 use crate::apply::{FIELD_MANAGER, fit, job, namespace, objects, probe, readiness};
+use crate::images::{Loader, load_command, loader_for, on_every_node};
 use crate::render::names::{ROLE_LABEL, SERVICE_LABEL, SIDECAR, namespace as namespace_name};
 use crate::render::{Cluster, Object, RenderInput, Rendered, render};
 
@@ -34,8 +35,28 @@ pub const VERDICT_ANNOTATION: &str = "dev.antifailure.containment";
 /// which reads only sizes).
 const STAND_IN: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 53));
 
+/// What a cluster cannot do itself: build images from `build:` contexts, and copy images into its
+/// nodes. The CLI supplies one that uses the local Docker daemon and the k3d or kind command.
+#[async_trait]
+pub trait ImageWork: Send + Sync {
+    /// Builds `service`'s context (relative to `manifest_dir`); the local image's reference.
+    async fn build(
+        &self,
+        manifest_name: &str,
+        service: &str,
+        manifest_dir: &std::path::Path,
+        context: &std::path::Path,
+        dockerfile: &std::path::Path,
+    ) -> Result<String, RuntimeError>;
+    /// Runs a copy command ([`crate::images::load_command`]).
+    async fn load(&self, command: &[String]) -> Result<(), RuntimeError>;
+}
+
 pub struct KubeRuntime {
     client: kube::Client,
+    /// How images reach this cluster's nodes, told by the context's name.
+    loader: Loader,
+    image_work: Option<std::sync::Arc<dyn ImageWork>>,
     /// Which context and cluster this changes, said before `up` changes anything.
     target: String,
     namespace_prefix: String,
@@ -76,6 +97,7 @@ impl KubeRuntime {
     /// A runtime over `client`. `target` names the context and cluster for the person.
     pub fn new(
         client: kube::Client,
+        context: &str,
         target: String,
         namespace_prefix: String,
         engine_image: String,
@@ -84,6 +106,8 @@ impl KubeRuntime {
     ) -> KubeRuntime {
         KubeRuntime {
             client,
+            loader: loader_for(context),
+            image_work: None,
             target,
             namespace_prefix,
             engine_image,
@@ -139,12 +163,105 @@ impl KubeRuntime {
             kube::Client::try_from(config).map_err(|e| failed("connecting to the cluster", e))?;
         Ok(KubeRuntime::new(
             client,
+            &chosen,
             target,
             namespace_prefix,
             engine_image,
             probe_targets,
             cluster,
         ))
+    }
+
+    /// Builds and copies images with `work` (the local daemon, k3d or kind).
+    pub fn with_image_work(mut self, work: std::sync::Arc<dyn ImageWork>) -> KubeRuntime {
+        self.image_work = Some(work);
+        self
+    }
+
+    /// How images reach this cluster's nodes.
+    pub fn loader(&self) -> &Loader {
+        &self.loader
+    }
+
+    /// Each service's image reference, building `build:` contexts where the cluster takes copies;
+    /// a `build:` a cluster cannot be given is AF-RUN-044.
+    async fn images(
+        &self,
+        environment: &Environment,
+    ) -> Result<BTreeMap<String, String>, RuntimeError> {
+        let mut images = BTreeMap::new();
+        for service in environment.manifest.services.values() {
+            let image = match (&service.source, &self.image_work, &self.loader) {
+                (ImageSource::Image(reference), _, _) => reference.clone(),
+                (
+                    ImageSource::Build {
+                        context,
+                        dockerfile,
+                    },
+                    Some(work),
+                    Loader::K3d(_) | Loader::Kind(_),
+                ) => {
+                    work.build(
+                        &environment.manifest.name,
+                        &service.name,
+                        &environment.manifest_dir,
+                        context,
+                        dockerfile,
+                    )
+                    .await?
+                }
+                (ImageSource::Build { .. }, _, _) => {
+                    return Err(self
+                        .capabilities
+                        .unsupported(Capability::ClusterImageBuilds));
+                }
+            };
+            images.insert(service.name.clone(), image);
+        }
+        Ok(images)
+    }
+
+    /// Copies the images af built (and the engine image) into the nodes of a k3d or kind cluster,
+    /// skipping what every node already has; `true` when anything was copied. Images a manifest
+    /// names with `image:` are the nodes' to pull, as on any cluster.
+    async fn load(
+        &self,
+        environment: &Environment,
+        images: &BTreeMap<String, String>,
+    ) -> Result<bool, RuntimeError> {
+        let Some(work) = &self.image_work else {
+            return Ok(false);
+        };
+        if self.loader == Loader::Registry {
+            return Ok(false);
+        }
+        // Nodes that cannot be listed are copied to regardless.
+        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let mut wanted = vec![&self.engine_image];
+        wanted.extend(
+            environment
+                .manifest
+                .services
+                .values()
+                .filter(|s| matches!(s.source, ImageSource::Build { .. }))
+                .filter_map(|s| images.get(&s.name)),
+        );
+        wanted.dedup();
+        let mut copied = false;
+        for image in wanted {
+            if on_every_node(&nodes, image) {
+                continue;
+            }
+            if let Some(command) = load_command(&self.loader, image) {
+                work.load(&command).await?;
+                copied = true;
+            }
+        }
+        Ok(copied)
     }
 
     fn namespace(&self, id: &EnvironmentId) -> String {
@@ -182,40 +299,23 @@ impl KubeRuntime {
             }
             None => {}
         }
-        if manifest
-            .services
-            .values()
-            .any(|s| matches!(s.source, ImageSource::Build { .. }))
-        {
-            return Err(self
-                .capabilities
-                .unsupported(Capability::ClusterImageBuilds));
-        }
         Ok(())
     }
 
     fn rendered(
         &self,
         environment: &Environment,
+        images: &BTreeMap<String, String>,
         sidecar_ip: IpAddr,
         token: &str,
     ) -> Result<Rendered, RuntimeError> {
-        let images: BTreeMap<String, String> = environment
-            .manifest
-            .services
-            .values()
-            .filter_map(|s| match &s.source {
-                ImageSource::Image(reference) => Some((s.name.clone(), reference.clone())),
-                ImageSource::Build { .. } => None,
-            })
-            .collect();
         let commands = BTreeMap::new();
         render(&RenderInput {
             manifest: &environment.manifest,
             env: &environment.id,
             sidecar_ip,
             engine_image: &self.engine_image,
-            images: &images,
+            images,
             image_commands: &commands,
             probe_targets: &self.probe_targets,
             control_token: token,
@@ -318,8 +418,15 @@ impl Runtime for KubeRuntime {
             message: format!("af up is about to change {}", self.target),
         });
         let client = self.client.clone();
+        let images = Self::step(
+            progress,
+            Step::Images,
+            "the services' images",
+            self.images(environment),
+        )
+        .await?;
         // Sizes do not depend on the sidecar's address: the fit check runs before anything exists.
-        let sized = self.rendered(environment, STAND_IN, "")?;
+        let sized = self.rendered(environment, &images, STAND_IN, "")?;
         Self::step(
             progress,
             Step::FitCheck,
@@ -328,16 +435,25 @@ impl Runtime for KubeRuntime {
         )
         .await?;
         let name = self.namespace(&environment.id);
-        // Whether this up wrote anything beyond the probe's own pod and verdict.
-        let mut changed = Self::step(progress, Step::Namespace, &name, {
-            namespace::ensure(
-                client.clone(),
-                &sized.namespace,
-                &environment.id,
-                Patience::default(),
-            )
-        })
+        // The nodes of a k3d or kind cluster get the images before anything needs them.
+        let copied = Self::step(
+            progress,
+            Step::Images,
+            "copying images into the nodes",
+            self.load(environment, &images),
+        )
         .await?;
+        // Whether this up wrote anything beyond the probe's own pod and verdict.
+        let mut changed = copied
+            | Self::step(progress, Step::Namespace, &name, {
+                namespace::ensure(
+                    client.clone(),
+                    &sized.namespace,
+                    &environment.id,
+                    Patience::default(),
+                )
+            })
+            .await?;
         changed |= Self::step(
             progress,
             Step::Policies,
@@ -368,7 +484,7 @@ impl Runtime for KubeRuntime {
             Some(token) => token,
             None => token()?,
         };
-        let rendered = self.rendered(environment, sidecar_ip, &token)?;
+        let rendered = self.rendered(environment, &images, sidecar_ip, &token)?;
         let verdict = Self::step(
             progress,
             Step::Probe,

@@ -29,6 +29,8 @@ struct Fake {
     writes: Vec<String>,
     probe_escapes: bool,
     migration_fails: bool,
+    /// The images every node reports having.
+    node_images: Vec<String>,
 }
 
 type Shared = Arc<Mutex<Fake>>;
@@ -94,7 +96,8 @@ fn answer(fake: &mut Fake, method: &str, path: &str, body: &[u8]) -> (u16, Value
             200,
             list(vec![json!({"metadata": {"name": "k3d-0"},
             "spec": {}, "status": {"allocatable": {"cpu": "16", "memory": "32Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}]}})]),
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "images": [{"names": fake.node_images}]}})]),
         ),
         ("GET", None, _) if collection.ends_with("/pods") && fake.migration_fails => (
             200,
@@ -193,6 +196,7 @@ fn shop() -> Manifest {
 fn runtime(fake: &Shared) -> KubeRuntime {
     KubeRuntime::new(
         serve(fake.clone()),
+        "test",
         "context test (cluster fake)".into(),
         "af-".into(),
         support::ENGINE_IMAGE.into(),
@@ -341,4 +345,67 @@ async fn a_container_database_or_a_build_context_is_af_run_044() {
         "{err}"
     );
     assert_eq!(writes(&fake), Vec::<String>::new());
+}
+
+/// Builds nothing for real: says what it was asked.
+#[derive(Default)]
+struct RecordedImageWork(Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl af_kube::runtime::ImageWork for RecordedImageWork {
+    async fn build(
+        &self,
+        manifest_name: &str,
+        service: &str,
+        _: &std::path::Path,
+        context: &std::path::Path,
+        _: &std::path::Path,
+    ) -> Result<String, af_runtime::RuntimeError> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("build {service} from {}", context.display()));
+        Ok(format!("af-{manifest_name}-{service}:built"))
+    }
+
+    async fn load(&self, command: &[String]) -> Result<(), af_runtime::RuntimeError> {
+        self.0.lock().unwrap().push(command.join(" "));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn on_k3d_built_images_and_the_engine_are_copied_into_the_nodes_once() {
+    let fake = Shared::default();
+    let work = Arc::new(RecordedImageWork::default());
+    let runtime = KubeRuntime::new(
+        serve(fake.clone()),
+        "k3d-twins",
+        "context k3d-twins".into(),
+        "af-".into(),
+        support::ENGINE_IMAGE.into(),
+        support::targets(),
+        Cluster::default(),
+    )
+    .with_image_work(work.clone());
+    let mut with_build = environment();
+    with_build.manifest.services.get_mut("web").unwrap().source = ImageSource::Build {
+        context: "./image".into(),
+        dockerfile: "Dockerfile".into(),
+    };
+    runtime.up(&with_build, &Quiet).await.unwrap();
+    assert_eq!(
+        *work.0.lock().unwrap(),
+        [
+            "build web from ./image".to_string(),
+            format!("k3d image import {} -c twins", support::ENGINE_IMAGE),
+            "k3d image import af-shop-web:built -c twins".to_string(),
+        ],
+        "what af built and its own image; an image: reference is the nodes' to pull"
+    );
+    let web = fake.lock().unwrap().objects["af-shop-main/deployments/web"].clone();
+    assert_eq!(
+        web["spec"]["template"]["spec"]["containers"][0]["image"],
+        "af-shop-web:built"
+    );
 }

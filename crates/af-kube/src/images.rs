@@ -1,0 +1,128 @@
+//! Getting images to a cluster's nodes. The nodes cannot see the daemon on the machine that ran
+//! af, so an image that built fine is an image the cluster reports as ErrImagePull minutes later.
+//! For a k3d or kind cluster — told by the kubeconfig context's name, the only mark those tools
+//! leave — images are copied into the nodes; any other cluster must be able to pull them.
+
+use k8s_openapi::api::core::v1::Node;
+
+/// How images reach the nodes of a cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loader {
+    /// `k3d image import IMAGE -c CLUSTER`.
+    K3d(String),
+    /// `kind load docker-image IMAGE --name CLUSTER`.
+    Kind(String),
+    /// The nodes pull from a registry: nothing to copy, and `build:` cannot be served.
+    Registry,
+}
+
+/// The loader of the cluster behind kubeconfig context `context`.
+pub fn loader_for(context: &str) -> Loader {
+    if let Some(cluster) = context.strip_prefix("k3d-") {
+        Loader::K3d(cluster.to_string())
+    } else if let Some(cluster) = context.strip_prefix("kind-") {
+        Loader::Kind(cluster.to_string())
+    } else {
+        Loader::Registry
+    }
+}
+
+/// The command that copies `image` into the nodes, if this cluster takes copies.
+pub fn load_command(loader: &Loader, image: &str) -> Option<Vec<String>> {
+    let words: Vec<&str> = match loader {
+        Loader::K3d(cluster) => vec!["k3d", "image", "import", image, "-c", cluster],
+        Loader::Kind(cluster) => vec!["kind", "load", "docker-image", image, "--name", cluster],
+        Loader::Registry => return None,
+    };
+    Some(words.into_iter().map(str::to_string).collect())
+}
+
+/// The names a node reports for an image, as a reference would be written: the runtime keeps
+/// `docker.io/library/name:tag` for `name:tag`.
+fn names_for(image: &str) -> Vec<String> {
+    let mut names = vec![image.to_string()];
+    let first = image.split('/').next().unwrap_or_default();
+    let has_registry =
+        image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    if !has_registry {
+        names.push(format!("docker.io/{image}"));
+        if !image.contains('/') {
+            names.push(format!("docker.io/library/{image}"));
+        }
+    }
+    names
+}
+
+/// Whether every node already has `image` (so copying it again is skipped).
+pub fn on_every_node(nodes: &[Node], image: &str) -> bool {
+    let wanted = names_for(image);
+    !nodes.is_empty()
+        && nodes.iter().all(|node| {
+            node.status
+                .as_ref()
+                .and_then(|s| s.images.as_ref())
+                .is_some_and(|images| {
+                    images
+                        .iter()
+                        .flat_map(|i| i.names.iter().flatten())
+                        .any(|name| wanted.contains(name))
+                })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_context_name_tells_the_cluster_kind() {
+        assert_eq!(loader_for("k3d-twins"), Loader::K3d("twins".into()));
+        assert_eq!(loader_for("kind-ci"), Loader::Kind("ci".into()));
+        assert_eq!(loader_for("prod-eu-1"), Loader::Registry);
+        assert_eq!(
+            loader_for("my-k3d-cluster"),
+            Loader::Registry,
+            "only the tools' own prefix"
+        );
+    }
+
+    #[test]
+    fn load_commands_name_the_image_and_the_cluster() {
+        assert_eq!(
+            load_command(&Loader::K3d("twins".into()), "af-shop-web:abc").unwrap(),
+            ["k3d", "image", "import", "af-shop-web:abc", "-c", "twins"]
+        );
+        assert_eq!(
+            load_command(&Loader::Kind("ci".into()), "x:1").unwrap(),
+            ["kind", "load", "docker-image", "x:1", "--name", "ci"]
+        );
+        assert_eq!(load_command(&Loader::Registry, "x:1"), None);
+    }
+
+    #[test]
+    fn an_image_on_every_node_is_not_copied_again() {
+        let node = |names: &[&str]| -> Node {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n"},
+                "status": {"images": [{"names": names}]}}))
+            .unwrap()
+        };
+        let image = "antifailure/proxy:0123";
+        assert!(on_every_node(
+            &[node(&["docker.io/antifailure/proxy:0123"]), node(&[image])],
+            image
+        ));
+        assert!(
+            !on_every_node(&[node(&[image]), node(&["other:1"])], image),
+            "one node lacks it"
+        );
+        assert!(!on_every_node(&[], image));
+        assert!(on_every_node(
+            &[node(&["docker.io/library/redis:7"])],
+            "redis:7"
+        ));
+        assert!(!on_every_node(
+            &[node(&["docker.io/registry.example/x:1"])],
+            "registry.example/x:1"
+        ));
+    }
+}
