@@ -85,3 +85,23 @@ fn ready_means_every_wanted_replica_ready() {
         "a third pod still scheduling is not ready"
     );
 }
+
+#[test]
+fn a_quota_that_refuses_the_pods_is_named() {
+    use af_kube::apply::readiness::replica_set_problem;
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    let set: ReplicaSet = serde_json::from_value(json!({"metadata": {"name": "web-5d8"}, "status": {"replicas": 0,
+        "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+            "message": "pods \"web-5d8-x\" is forbidden: exceeded quota: compute, requested: cpu=250m, used: cpu=2, limited: cpu=2"}]}}))
+    .unwrap();
+    let found = replica_set_problem(&set).unwrap();
+    assert!(
+        found.starts_with("the namespace's quota refuses its pods: ")
+            && found.contains("limited: cpu=2"),
+        "{found}"
+    );
+    let healthy: ReplicaSet =
+        serde_json::from_value(json!({"metadata": {"name": "web-5d8"}, "status": {"replicas": 2}}))
+            .unwrap();
+    assert_eq!(replica_set_problem(&healthy), None);
+}

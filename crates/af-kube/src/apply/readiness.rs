@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use af_runtime::{RuntimeError, RuntimeErrorKind};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, LogParams};
@@ -68,6 +68,26 @@ pub fn pod_problem(pod: &Pod) -> Option<String> {
             )
         })
     })
+}
+
+/// Why a ReplicaSet cannot create its pods, if it says so: a ResourceQuota (or a LimitRange, or an
+/// admission webhook) refusing them leaves no pod to look at, only this condition.
+pub fn replica_set_problem(replica_set: &ReplicaSet) -> Option<String> {
+    replica_set
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+        .map(|c| {
+            let message = c.message.clone().unwrap_or_default();
+            if message.contains("exceeded quota") {
+                format!("the namespace's quota refuses its pods: {message}")
+            } else {
+                format!("its pods cannot be created: {message}")
+            }
+        })
 }
 
 /// Whether a Deployment has all the replicas it wants ready.
@@ -142,6 +162,23 @@ pub async fn wait(
                     format!("starting service {service} (pod {namespace}/{name})"),
                     format!("{problem}{gate}"),
                 ));
+            }
+        }
+        let replica_sets: Api<ReplicaSet> = Api::namespaced(pods.clone().into_client(), namespace);
+        let sets = replica_sets
+            .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=service")))
+            .await
+            .map_err(|e| failed(format!("listing the ReplicaSets of {namespace}"), e))?;
+        for set in &sets.items {
+            if let Some(problem) = replica_set_problem(set) {
+                let service = set
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(SERVICE_LABEL))
+                    .cloned()
+                    .unwrap_or_default();
+                return Err(failed(format!("starting service {service}"), problem));
             }
         }
         if started.elapsed() >= patience.timeout {
