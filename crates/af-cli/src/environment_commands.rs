@@ -215,6 +215,17 @@ async fn connect(manifest: &Manifest) -> Result<Box<dyn Runtime>, RuntimeError> 
                 af_kube::render::Cluster::default(),
             )
             .await?;
+            // Where the ingress controller listens, when preview hosts do not resolve to it (a
+            // k3d cluster's loopback port).
+            let runtime = match std::env::var("AF_INGRESS_ADDRESS") {
+                Ok(address) => runtime.with_ingress_address(address.parse().map_err(|e| {
+                    RuntimeError::from(af_runtime::RuntimeErrorKind::PlatformFailed {
+                        operation: "reading AF_INGRESS_ADDRESS".into(),
+                        detail: format!("{address:?} is not an address:port ({e})"),
+                    })
+                })?),
+                Err(_) => runtime,
+            };
             // k3d and kind nodes take copies of local images: build and copy with the local daemon.
             if *runtime.loader() != af_kube::images::Loader::Registry {
                 let docker = af_docker::connect().await.map_err(RuntimeError::from)?;

@@ -22,7 +22,7 @@ use kube::Api;
 use kube::api::{ListParams, LogParams, Patch, PatchParams};
 
 use crate::apply::namespace::Patience;
-use crate::apply::{FIELD_MANAGER, fit, job, namespace, objects, probe, readiness};
+use crate::apply::{FIELD_MANAGER, fit, job, namespace, objects, probe, published, readiness};
 use crate::images::{Loader, load_command, loader_for, on_every_node};
 use crate::render::names::{ROLE_LABEL, SERVICE_LABEL, SIDECAR, namespace as namespace_name};
 use crate::render::{Cluster, Object, RenderInput, Rendered, render};
@@ -57,6 +57,9 @@ pub struct KubeRuntime {
     /// How images reach this cluster's nodes, told by the context's name.
     loader: Loader,
     image_work: Option<std::sync::Arc<dyn ImageWork>>,
+    /// Where the ingress controller is reached (k3d's loopback port, say); by default each preview
+    /// host's own address.
+    ingress_address: Option<std::net::SocketAddr>,
     /// Which context and cluster this changes, said before `up` changes anything.
     target: String,
     namespace_prefix: String,
@@ -108,6 +111,7 @@ impl KubeRuntime {
             client,
             loader: loader_for(context),
             image_work: None,
+            ingress_address: None,
             target,
             namespace_prefix,
             engine_image,
@@ -175,6 +179,12 @@ impl KubeRuntime {
     /// Builds and copies images with `work` (the local daemon, k3d or kind).
     pub fn with_image_work(mut self, work: std::sync::Arc<dyn ImageWork>) -> KubeRuntime {
         self.image_work = Some(work);
+        self
+    }
+
+    /// Asks preview URLs through `address` (the ingress controller) instead of their hosts'.
+    pub fn with_ingress_address(mut self, address: std::net::SocketAddr) -> KubeRuntime {
+        self.ingress_address = Some(address);
         self
     }
 
@@ -546,6 +556,27 @@ impl Runtime for KubeRuntime {
             readiness::wait(client.clone(), &name, &names, readiness::PATIENCE),
         )
         .await?;
+        if let Some(domain) = environment.manifest.runtime.domain.as_deref() {
+            for service in environment
+                .manifest
+                .services
+                .values()
+                .filter(|s| s.web && s.port.is_some())
+            {
+                let host = format!("{}-{}.{domain}", environment.id, service.name);
+                let path = service
+                    .health_path
+                    .clone()
+                    .unwrap_or_else(|| "/".to_string());
+                Self::step(
+                    progress,
+                    Step::Readiness,
+                    &format!("http://{host}{path} routed by the ingress"),
+                    published::wait(&host, &path, self.ingress_address, published::PATIENCE),
+                )
+                .await?;
+            }
+        }
         let status = self.status(&environment.id).await?;
         for service in &status.services {
             for url in &service.urls {

@@ -193,6 +193,23 @@ fn shop() -> Manifest {
     manifest
 }
 
+/// A stand-in ingress on loopback that routes everything: preview URLs are asked there, never
+/// resolved.
+fn routed_ingress() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            use std::io::{Read, Write};
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 512];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    address
+}
+
 fn runtime(fake: &Shared) -> KubeRuntime {
     KubeRuntime::new(
         serve(fake.clone()),
@@ -203,6 +220,7 @@ fn runtime(fake: &Shared) -> KubeRuntime {
         support::targets(),
         Cluster::default(),
     )
+    .with_ingress_address(routed_ingress())
 }
 
 fn environment() -> Environment {
@@ -387,7 +405,8 @@ async fn on_k3d_built_images_and_the_engine_are_copied_into_the_nodes_once() {
         support::targets(),
         Cluster::default(),
     )
-    .with_image_work(work.clone());
+    .with_image_work(work.clone())
+    .with_ingress_address(routed_ingress());
     let mut with_build = environment();
     with_build.manifest.services.get_mut("web").unwrap().source = ImageSource::Build {
         context: "./image".into(),

@@ -10,6 +10,7 @@ pub mod job;
 pub mod namespace;
 pub mod objects;
 pub mod probe;
+pub mod published;
 pub mod readiness;
 
 /// The field manager of every server-side apply: one, so a second `up` owns what the first set.
