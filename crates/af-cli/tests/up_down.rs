@@ -197,7 +197,7 @@ fn unreachable_cluster(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("kubeconfig");
     std::fs::write(
         &path,
-        "apiVersion: v1\nkind: Config\ncurrent-context: k3d-nowhere\nclusters:\n- name: nowhere\n  cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\ncontexts:\n- name: k3d-nowhere\n  context: {cluster: nowhere, user: nobody}\nusers:\n- name: nobody\n  user: {token: t}\n",
+        "apiVersion: v1\nkind: Config\ncurrent-context: staging\nclusters:\n- name: nowhere\n  cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\ncontexts:\n- name: staging\n  context: {cluster: nowhere, user: nobody}\nusers:\n- name: nobody\n  user: {token: t}\n",
     )
     .unwrap();
     path
@@ -233,7 +233,7 @@ fn a_kubernetes_up_says_which_context_and_cluster_it_changes_and_names_what_fail
     let up_text = String::from_utf8_lossy(&up.stderr);
     assert!(
         up_text.contains(
-            "af up is about to change context k3d-nowhere (cluster nowhere, https://127.0.0.1:1"
+            "af up is about to change context staging (cluster nowhere, https://127.0.0.1:1"
         ),
         "{up_text}"
     );

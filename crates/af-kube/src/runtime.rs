@@ -700,8 +700,9 @@ impl Runtime for KubeRuntime {
         &self,
         id: &EnvironmentId,
         service: &str,
-        _follow: bool,
+        follow: bool,
     ) -> Result<LogStream, RuntimeError> {
+        use futures_util::{AsyncBufReadExt, StreamExt};
         let name = self.namespace(id);
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &name);
         let listed = pods
@@ -711,26 +712,28 @@ impl Runtime for KubeRuntime {
             )
             .await
             .map_err(|e| failed(format!("listing the pods of {service}"), e))?;
-        let mut lines = Vec::new();
+        let mut streams = Vec::new();
         for pod in listed.items {
             let instance = pod.metadata.name.clone().unwrap_or_default();
-            let text = pods
-                .logs(
-                    &instance,
-                    &LogParams {
-                        container: Some(service.to_string()),
-                        ..Default::default()
-                    },
-                )
+            let params = LogParams {
+                container: Some(service.to_string()),
+                follow,
+                ..Default::default()
+            };
+            let reader = pods
+                .log_stream(&instance, &params)
                 .await
                 .map_err(|e| failed(format!("reading the log of {instance}"), e))?;
-            lines.extend(text.lines().map(|line| {
-                Ok(LogLine {
+            let lines = reader.lines().map(move |line| {
+                line.map(|line| LogLine {
                     instance: instance.clone(),
-                    line: line.to_string(),
+                    line,
                 })
-            }));
+                .map_err(|e| failed("reading a pod's log", e))
+            });
+            streams.push(lines.boxed());
         }
-        Ok(Box::pin(futures_util::stream::iter(lines)))
+        // Every instance's lines as they come.
+        Ok(Box::pin(futures_util::stream::select_all(streams)))
     }
 }
