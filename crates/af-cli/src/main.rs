@@ -136,8 +136,10 @@ fn completion(shell: clap_complete::Shell, json: bool) -> anyhow::Result<Exit> {
 
 /// Diagnostics on standard error: warnings by default, more with each -v. `RUST_LOG` overrides.
 fn init_tracing(verbose: u8) {
+    // kube's client logs a failed request itself; af reports it once, with its code, so kube's
+    // own line is kept for -v and up.
     let level = match verbose {
-        0 => "warn",
+        0 => "warn,kube_client=off",
         1 => "info",
         2 => "debug",
         _ => "trace",

@@ -223,6 +223,11 @@ fn a_kubernetes_up_says_which_context_and_cluster_it_changes_and_names_what_fail
         .env("AF_PROXY_IMAGE", "registry.example/antifailure/proxy:1")
         .output()
         .unwrap();
+    let webhook = af_command(&dir, &["webhook", "trigger", "web", "/x", "--env", "x"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("AF_PROXY_IMAGE", "registry.example/antifailure/proxy:1")
+        .output()
+        .unwrap();
     let no_kubeconfig = af_command(&dir, &["up", "--env", "x"])
         .env("KUBECONFIG", dir.join("missing"))
         .env("HOME", &dir)
@@ -242,13 +247,19 @@ fn a_kubernetes_up_says_which_context_and_cluster_it_changes_and_names_what_fail
         up_text.contains("AF-RUN-001") && up_text.contains("listing nodes for the fit check"),
         "{up_text}"
     );
+    // The decision log is read through a port-forward to the sidecar: here, the cluster's refusal.
     let log_text = String::from_utf8_lossy(&net_log.stderr);
-    assert_eq!(net_log.status.code(), Some(44), "{log_text}");
+    assert_eq!(net_log.status.code(), Some(4), "{log_text}");
     assert!(
-        log_text.contains(
-            "AF-RUN-044 the kubernetes runtime does not support reading the sidecar's decision log"
-        ),
+        log_text.contains("GET /v1/decisions on the sidecar's control API in af-k-x"),
         "{log_text}"
+    );
+    let webhook_text = String::from_utf8_lossy(&webhook.stderr);
+    assert_eq!(webhook.status.code(), Some(44), "{webhook_text}");
+    assert!(
+        webhook_text
+            .contains("AF-RUN-044 the kubernetes runtime does not support delivering webhooks"),
+        "{webhook_text}"
     );
     let missing = String::from_utf8_lossy(&no_kubeconfig.stderr);
     assert_eq!(no_kubeconfig.status.code(), Some(4), "{missing}");

@@ -19,6 +19,7 @@ pub mod client_hello;
 pub mod config;
 mod context;
 mod control;
+pub mod control_client;
 pub mod decision_log;
 mod dial;
 mod dns;

@@ -126,6 +126,8 @@ impl KubeRuntime {
                     Capability::HealthPaths,
                     Capability::HealthMustSucceed,
                     Capability::PreviewUrls,
+                    Capability::NetLog,
+                    Capability::Inbox,
                 ],
             ),
         }
@@ -357,6 +359,52 @@ impl KubeRuntime {
         text.lines()
             .find_map(|line| line.trim().strip_prefix("token: "))
             .map(|token| token.trim_matches('"').to_string())
+    }
+
+    /// One request to the sidecar's control API, through a port-forward to its pod (the API
+    /// listens on the pod's loopback only: no other pod can reach it).
+    async fn control(
+        &self,
+        id: &EnvironmentId,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> Result<String, RuntimeError> {
+        let namespace = self.namespace(id);
+        let operation = format!("{method} {path} on the sidecar's control API in {namespace}");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let sidecar = pods
+            .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=sidecar")))
+            .await
+            .map_err(|e| failed(operation.clone(), e))?
+            .items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .and_then(|p| p.metadata.name)
+            .ok_or_else(|| {
+                failed(
+                    operation.clone(),
+                    "no running sidecar pod (is the environment up?)",
+                )
+            })?;
+        let token = self.current_token(&namespace).await.ok_or_else(|| {
+            failed(
+                operation.clone(),
+                "the sidecar's configuration has no token",
+            )
+        })?;
+        let mut forward = pods
+            .portforward(&sidecar, &[crate::render::ports::CONTROL])
+            .await
+            .map_err(|e| failed(operation.clone(), e))?;
+        let stream = forward
+            .take_stream(crate::render::ports::CONTROL)
+            .ok_or_else(|| failed(operation.clone(), "the port-forward gave no stream"))?;
+        let answer = af_egress::control_client::request(stream, &token, method, path, body).await;
+        forward.abort();
+        answer
+            .map(|(_, body)| body)
+            .map_err(|e| failed(operation, e))
     }
 
     /// Keeps `verdict` on the namespace for `af status`.
@@ -694,6 +742,22 @@ impl Runtime for KubeRuntime {
             services,
             containment,
         })
+    }
+
+    async fn net_log(
+        &self,
+        id: &EnvironmentId,
+        query: &af_runtime::DecisionQuery,
+    ) -> Result<Vec<af_runtime::DecisionRecord>, RuntimeError> {
+        let path = af_egress::control_client::decisions_path(query);
+        let body = self.control(id, "GET", &path, "").await?;
+        af_egress::control_client::read_decisions(&body)
+            .map_err(|e| failed("reading the decision log", e))
+    }
+
+    async fn inbox(&self, id: &EnvironmentId) -> Result<Vec<af_runtime::InboxEntry>, RuntimeError> {
+        let body = self.control(id, "GET", "/v1/inbox", "").await?;
+        af_egress::control_client::read_inbox(&body).map_err(|e| failed("reading the inbox", e))
     }
 
     async fn logs(
