@@ -128,6 +128,7 @@ impl KubeRuntime {
                     Capability::PreviewUrls,
                     Capability::NetLog,
                     Capability::Inbox,
+                    Capability::WebhookTrigger,
                 ],
             ),
         }
@@ -758,6 +759,17 @@ impl Runtime for KubeRuntime {
     async fn inbox(&self, id: &EnvironmentId) -> Result<Vec<af_runtime::InboxEntry>, RuntimeError> {
         let body = self.control(id, "GET", "/v1/inbox", "").await?;
         af_egress::control_client::read_inbox(&body).map_err(|e| failed("reading the inbox", e))
+    }
+
+    async fn trigger_webhook(
+        &self,
+        id: &EnvironmentId,
+        request: &af_runtime::WebhookRequest,
+    ) -> Result<af_runtime::WebhookDelivery, RuntimeError> {
+        let body = serde_json::to_string(request).map_err(|e| failed("writing the webhook", e))?;
+        let answer = self.control(id, "POST", "/v1/webhooks", &body).await?;
+        af_egress::control_client::read_delivery(&answer)
+            .map_err(|e| failed("reading the webhook's delivery", e))
     }
 
     async fn logs(

@@ -170,12 +170,12 @@ fn the_services_to_services_rule_selects_pods_never_namespaces() {
             peer.namespace_selector.is_none() && peer.ip_block.is_none(),
             "{peer:?}"
         );
+        let labels = peer.pod_selector.unwrap().match_labels.unwrap();
+        // Each other, and the sidecar delivering webhooks.
         assert!(
-            peer.pod_selector
-                .unwrap()
-                .match_labels
-                .unwrap()
-                .contains_key(WORKLOAD_LABEL)
+            labels.contains_key(WORKLOAD_LABEL)
+                || labels.get("dev.antifailure.role").map(String::as_str) == Some("sidecar"),
+            "{labels:?}"
         );
     }
 }
@@ -232,8 +232,13 @@ fn the_sidecar_egress_excludes_link_local_and_private_ranges_in_both_families() 
             "{excluded}"
         );
     }
-    // Its only other destination: the cluster's resolver, on 53.
-    let dns = &egress[1];
+    // Its other destinations: the environment's own workloads (webhook delivery), by pod label
+    // only, and the cluster's resolver, on 53.
+    let workloads = egress[1].to.clone().unwrap();
+    assert!(workloads.iter().all(|p| p.namespace_selector.is_none()
+        && p.ip_block.is_none()
+        && p.pod_selector.is_some()));
+    let dns = &egress[2];
     assert!(dns.ports.as_ref().unwrap().iter().all(
         |p| p.port == Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(53))
     ));

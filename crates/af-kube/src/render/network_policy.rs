@@ -3,7 +3,8 @@
 //! namespace, so the rule cannot match anything outside); let the sidecar take from workloads;
 //! give the sidecar — and only it — a route off the cluster, without link-local (the metadata
 //! endpoint) or the private ranges (the control plane, the operator's network), plus the cluster's
-//! resolver for names inside the environment. With a domain, the ingress controller may reach the
+//! resolver for names inside the environment, and the environment's own workloads (webhook
+//! delivery). With a domain, the ingress controller may reach the
 //! web services.
 
 use std::collections::BTreeMap;
@@ -125,8 +126,10 @@ pub fn all(input: &RenderInput<'_>, namespace: &str) -> Vec<NetworkPolicy> {
             NetworkPolicySpec {
                 pod_selector: Some(workloads()),
                 policy_types: types(&["Ingress", "Egress"]),
+                // From each other, and from the sidecar, which delivers webhooks as a third party
+                // would (`af webhook trigger`); both selected by pod labels in this namespace.
                 ingress: Some(vec![NetworkPolicyIngressRule {
-                    from: Some(vec![pods(workloads())]),
+                    from: Some(vec![pods(workloads()), pods(sidecar())]),
                     ..Default::default()
                 }]),
                 egress: Some(vec![NetworkPolicyEgressRule {
@@ -174,6 +177,11 @@ pub fn all(input: &RenderInput<'_>, namespace: &str) -> Vec<NetworkPolicy> {
                                 ..Default::default()
                             },
                         ]),
+                        ..Default::default()
+                    },
+                    // The environment's own workloads, to deliver webhooks to them.
+                    NetworkPolicyEgressRule {
+                        to: Some(vec![pods(workloads())]),
                         ..Default::default()
                     },
                     // The cluster's resolver, for names inside the environment.

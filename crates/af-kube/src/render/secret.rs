@@ -24,6 +24,13 @@ pub fn sidecar_config_text(input: &RenderInput<'_>, namespace: &str) -> String {
         IpAddr::V4(ip) => format!("answer_v4: {ip}"),
         IpAddr::V6(ip) => format!("answer_v6: \"{ip}\""),
     };
+    // Each service with a port takes webhooks at its name, which the cluster's resolver knows.
+    let webhooks: Vec<String> = input
+        .manifest
+        .services
+        .values()
+        .filter_map(|s| s.port.map(|port| format!("{0}: \"{0}:{port}\"", s.name)))
+        .collect();
     let internal_names: Vec<String> = input
         .manifest
         .services
@@ -50,6 +57,7 @@ control:
   token: \"{token}\"
 log:
   path: /var/log/af/decisions.jsonl
+webhooks: {{{webhooks}}}
 ",
         env = input.env,
         proxy = ports::PROXY,
@@ -63,6 +71,7 @@ log:
         upstream = input.cluster.dns,
         control = ports::CONTROL,
         token = input.control_token,
+        webhooks = webhooks.join(", "),
     )
 }
 
