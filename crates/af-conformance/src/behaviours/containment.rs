@@ -133,12 +133,7 @@ fn public(ctx: &Ctx<'_>) -> String {
 
 check!(probe_recorded, ctx, {
     let id = main_env(ctx).await?;
-    let status = ctx
-        .harness
-        .runtime()
-        .status(&id)
-        .await
-        .map_err(|e| e.to_string())?;
+    let status = super::status(ctx, &id).await?;
     let summary = status
         .containment
         .ok_or("status has no containment verdict")?;
@@ -291,12 +286,7 @@ check!(e10, ctx, {
             && answer["addresses"].as_array().is_some_and(|a| a.is_empty());
         require(refused, || format!("{label} for an outside name: {answer}"))?;
     }
-    let log = ctx
-        .harness
-        .runtime()
-        .net_log(&id, &af_runtime::DecisionQuery::default())
-        .await
-        .map_err(|e| e.to_string())?;
+    let log = super::decisions(ctx, &id).await?;
     require(
         log.iter()
             .any(|r| r.protocol == "dns" && r.host == name && r.method == "TXT"),
@@ -319,12 +309,7 @@ check!(e11, ctx, {
         answer["status"] == 201 && answer["body"] == CAPTURED_BODY,
         || format!("a direct request to an outside name did not land on the sidecar: {answer}"),
     )?;
-    let log = ctx
-        .harness
-        .runtime()
-        .net_log(&id, &af_runtime::DecisionQuery::default())
-        .await
-        .map_err(|e| e.to_string())?;
+    let log = super::decisions(ctx, &id).await?;
     require(
         log.iter()
             .any(|r| r.host == CAPTURED_NAME && r.protocol == "http-transparent"),

@@ -1,11 +1,10 @@
 //! Egress: what the sidecar allows, captures and denies, what it records, and what it delivers.
 
-use af_runtime::{Capability, CapturedItem, DecisionQuery, Verdict};
+use af_runtime::{Capability, CapturedItem, Verdict};
 use serde_json::{Value, json};
 
 use super::{check, fetch, main_env, require};
 use crate::behaviour::{Area, Behaviour};
-use crate::context::Ctx;
 use crate::fixtures::{CAPTURED_BODY, CAPTURED_NAME, DENIED_NAME, MAIL_NAME};
 use crate::harness::ORIGIN_NAME;
 
@@ -115,17 +114,6 @@ check!(captured, ctx, {
     Ok(format!("canned answer: {}", answer["body"]))
 });
 
-async fn decisions(
-    ctx: &Ctx<'_>,
-    id: &af_manifest::EnvironmentId,
-) -> Result<Vec<af_runtime::DecisionRecord>, String> {
-    ctx.harness
-        .runtime()
-        .net_log(id, &DecisionQuery::default())
-        .await
-        .map_err(|e| e.to_string())
-}
-
 check!(logged, ctx, {
     let id = main_env(ctx).await?;
     for url in [
@@ -135,7 +123,7 @@ check!(logged, ctx, {
     ] {
         fetch(ctx, &id, "agent", &url, true).await?;
     }
-    let log = decisions(ctx, &id).await?;
+    let log = super::decisions(ctx, &id).await?;
     for (host, verdict) in [
         (ORIGIN_NAME, Verdict::Allow),
         (DENIED_NAME, Verdict::Deny),
@@ -225,7 +213,7 @@ check!(webhook_logged, ctx, {
     let id = main_env(ctx).await?;
     ctx.agent(&id, "agent", "POST", "/mark/recorded-webhook", Value::Null)
         .await?;
-    let log = decisions(ctx, &id).await?;
+    let log = super::decisions(ctx, &id).await?;
     require(
         log.iter()
             .any(|r| r.protocol == "webhook" && r.host == "agent"),

@@ -90,12 +90,7 @@ check!(up_ready, ctx, {
         .up("lc-ready", &two_agents(ctx.harness.engine_image(), "one"))
         .await
         .map_err(|e| e.to_string())?;
-    let status = ctx
-        .harness
-        .runtime()
-        .status(&id)
-        .await
-        .map_err(|e| e.to_string())?;
+    let status = super::status(ctx, &id).await?;
     require(status.services.len() == 2, || format!("{status:?}"))?;
     for service in &status.services {
         require(
@@ -184,12 +179,7 @@ check!(removed_service, ctx, {
         .map_err(|e| e.to_string())?;
     let one = fixtures::manifest("afc", image, &[fixtures::agent("agent", &[], "")], "");
     ctx.up("lc-remove", &one).await.map_err(|e| e.to_string())?;
-    let status = ctx
-        .harness
-        .runtime()
-        .status(&id)
-        .await
-        .map_err(|e| e.to_string())?;
+    let status = super::status(ctx, &id).await?;
     let names: Vec<&str> = status.services.iter().map(|s| s.name.as_str()).collect();
     require(names == ["agent"], || {
         format!("services after removing one: {names:?}")
@@ -221,12 +211,7 @@ check!(down_waits, ctx, {
         .await
         .map_err(|e| e.to_string())?;
     ctx.down(&id).await.map_err(|e| e.to_string())?;
-    let status = ctx
-        .harness
-        .runtime()
-        .status(&id)
-        .await
-        .map_err(|e| e.to_string())?;
+    let status = super::status(ctx, &id).await?;
     require(status.services.is_empty(), || {
         format!("status right after down: {status:?}")
     })?;

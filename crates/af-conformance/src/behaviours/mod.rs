@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use af_manifest::EnvironmentId;
+use af_runtime::{DecisionQuery, DecisionRecord, EnvironmentStatus, ServiceStatus};
 use serde_json::{Value, json};
 
 use crate::behaviour::Behaviour;
@@ -106,6 +107,38 @@ pub async fn contained(ctx: &Ctx<'_>, routes: &[String]) -> Result<String, Strin
     Ok(format!(
         "permitted client: {open:?}; from inside: {inside:?}"
     ))
+}
+
+/// The environment's status, as the runtime reports it.
+pub async fn status(ctx: &Ctx<'_>, id: &EnvironmentId) -> Result<EnvironmentStatus, String> {
+    ctx.harness
+        .runtime()
+        .status(id)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// One service's status.
+pub async fn service_status(
+    ctx: &Ctx<'_>,
+    id: &EnvironmentId,
+    name: &str,
+) -> Result<ServiceStatus, String> {
+    status(ctx, id)
+        .await?
+        .services
+        .into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| format!("status has no service {name}"))
+}
+
+/// Every decision the environment's sidecar recorded.
+pub async fn decisions(ctx: &Ctx<'_>, id: &EnvironmentId) -> Result<Vec<DecisionRecord>, String> {
+    ctx.harness
+        .runtime()
+        .net_log(id, &DecisionQuery::default())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// A fetch by the agent of `service` in `id`: `{"status", "body"}` or `{"error"}`.

@@ -87,12 +87,7 @@ check!(any_status, ctx, {
     )
     .await
     .map_err(|e| e.to_string())?;
-    let status = ctx
-        .harness
-        .runtime()
-        .status(&id)
-        .await
-        .map_err(|e| e.to_string())?;
+    let status = super::status(ctx, &id).await?;
     require(status.services.iter().all(|s| s.ready == s.wanted), || {
         format!("{status:?}")
     })?;

@@ -125,17 +125,7 @@ check!(resolve_by_name, ctx, {
 
 check!(replicas, ctx, {
     let id = main_env(ctx).await?;
-    let status = ctx
-        .harness
-        .runtime()
-        .status(&id)
-        .await
-        .map_err(|e| e.to_string())?;
-    let peer = status
-        .services
-        .iter()
-        .find(|s| s.name == "peer")
-        .ok_or("no peer")?;
+    let peer = super::service_status(ctx, &id, "peer").await?;
     require(peer.ready == 2 && peer.wanted == 2, || {
         format!("peer {}/{}", peer.ready, peer.wanted)
     })?;
@@ -144,17 +134,7 @@ check!(replicas, ctx, {
 
 check!(resources, ctx, {
     let id = main_env(ctx).await?;
-    let status = ctx
-        .harness
-        .runtime()
-        .status(&id)
-        .await
-        .map_err(|e| e.to_string())?;
-    let peer = status
-        .services
-        .iter()
-        .find(|s| s.name == "peer")
-        .ok_or("no peer")?;
+    let peer = super::service_status(ctx, &id, "peer").await?;
     require(peer.applied_cpu_millis == Some(250), || {
         format!("cpu {:?}", peer.applied_cpu_millis)
     })?;
@@ -166,17 +146,7 @@ check!(resources, ctx, {
 
 check!(no_sizes, ctx, {
     let id = main_env(ctx).await?;
-    let status = ctx
-        .harness
-        .runtime()
-        .status(&id)
-        .await
-        .map_err(|e| e.to_string())?;
-    let agent = status
-        .services
-        .iter()
-        .find(|s| s.name == "agent")
-        .ok_or("no agent")?;
+    let agent = super::service_status(ctx, &id, "agent").await?;
     require(
         agent.applied_cpu_millis.is_none() && agent.applied_memory_bytes.is_none(),
         || {
