@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use af_runtime::{RuntimeError, RuntimeErrorKind};
+use af_runtime::RuntimeError;
 use async_trait::async_trait;
 
 pub struct DockerImageWork {
@@ -39,12 +39,11 @@ impl af_kube::runtime::ImageWork for DockerImageWork {
     }
 
     async fn load(&self, command: &[String]) -> Result<(), RuntimeError> {
-        let failed = |detail: String| -> RuntimeError {
-            RuntimeErrorKind::PlatformFailed {
-                operation: format!("copying an image into the nodes ({})", command.join(" ")),
+        let failed = |detail: String| {
+            RuntimeError::platform_failed(
+                format!("copying an image into the nodes ({})", command.join(" ")),
                 detail,
-            }
-            .into()
+            )
         };
         let (program, args) = command
             .split_first()

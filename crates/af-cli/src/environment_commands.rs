@@ -219,10 +219,10 @@ async fn connect(manifest: &Manifest) -> Result<Box<dyn Runtime>, RuntimeError> 
             // k3d cluster's loopback port).
             let runtime = match std::env::var("AF_INGRESS_ADDRESS") {
                 Ok(address) => runtime.with_ingress_address(address.parse().map_err(|e| {
-                    RuntimeError::from(af_runtime::RuntimeErrorKind::PlatformFailed {
-                        operation: "reading AF_INGRESS_ADDRESS".into(),
-                        detail: format!("{address:?} is not an address:port ({e})"),
-                    })
+                    RuntimeError::platform_failed(
+                        "reading AF_INGRESS_ADDRESS",
+                        format!("{address:?} is not an address:port ({e})"),
+                    )
                 })?),
                 Err(_) => runtime,
             };

@@ -58,10 +58,10 @@ impl<'h> Ctx<'h> {
             .await
             .insert(fixture.to_string(), id.clone());
         let manifest = af_manifest::parse(manifest, "conformance.yaml").map_err(|invalid| {
-            af_runtime::RuntimeError::from(af_runtime::RuntimeErrorKind::PlatformFailed {
-                operation: format!("reading the {fixture} fixture"),
-                detail: format!("{invalid:?}"),
-            })
+            RuntimeError::platform_failed(
+                format!("reading the {fixture} fixture"),
+                format!("{invalid:?}"),
+            )
         })?;
         let environment = Environment {
             id: id.clone(),
@@ -70,10 +70,7 @@ impl<'h> Ctx<'h> {
         };
         let report = self.harness.runtime().up(&environment, &Quiet).await?;
         self.harness.after_up(&id).await.map_err(|detail| {
-            af_runtime::RuntimeError::from(af_runtime::RuntimeErrorKind::PlatformFailed {
-                operation: "the harness's after-up step".into(),
-                detail,
-            })
+            RuntimeError::platform_failed("the harness's after-up step", detail)
         })?;
         Ok(report)
     }

@@ -11,8 +11,7 @@ use std::time::Instant;
 use af_manifest::{DatabaseProvider, EnvironmentId, ImageSource, Manifest};
 use af_runtime::{
     Capabilities, Capability, ContainmentSummary, Environment, EnvironmentStatus, LogLine,
-    LogStream, ProgressEvent, ProgressSink, Runtime, RuntimeError, RuntimeErrorKind, ServiceStatus,
-    Step, UpReport,
+    LogStream, ProgressEvent, ProgressSink, Runtime, RuntimeError, ServiceStatus, Step, UpReport,
 };
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -21,7 +20,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::Api;
 use kube::api::{ListParams, LogParams, Patch, PatchParams};
 
-use crate::apply::namespace::Patience;
+use crate::apply::Patience;
 use crate::apply::{FIELD_MANAGER, fit, job, namespace, objects, probe, published, readiness};
 use crate::images::{Loader, load_command, loader_for, on_every_node};
 use crate::render::names::{ROLE_LABEL, SERVICE_LABEL, SIDECAR, namespace as namespace_name};
@@ -78,21 +77,13 @@ impl std::fmt::Debug for KubeRuntime {
     }
 }
 
-fn failed(operation: impl Into<String>, err: impl std::fmt::Display) -> RuntimeError {
-    RuntimeErrorKind::PlatformFailed {
-        operation: operation.into(),
-        detail: err.to_string(),
-    }
-    .into()
-}
-
 /// A fresh control token: 32 random bytes, hex.
 fn token() -> Result<String, RuntimeError> {
     use std::io::Read;
     let mut bytes = [0u8; 32];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut random| random.read_exact(&mut bytes))
-        .map_err(|e| failed("making the sidecar's control token", e))?;
+        .map_err(|e| RuntimeError::platform_failed("making the sidecar's control token", e))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -146,8 +137,8 @@ impl KubeRuntime {
             context: context.map(str::to_string),
             ..Default::default()
         };
-        let kubeconfig =
-            kube::config::Kubeconfig::read().map_err(|e| failed("reading the kubeconfig", e))?;
+        let kubeconfig = kube::config::Kubeconfig::read()
+            .map_err(|e| RuntimeError::platform_failed("reading the kubeconfig", e))?;
         let chosen = context
             .map(str::to_string)
             .or(kubeconfig.current_context.clone())
@@ -161,13 +152,15 @@ impl KubeRuntime {
             .unwrap_or_default();
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
-            .map_err(|e| failed(format!("using kubeconfig context {chosen:?}"), e))?;
+            .map_err(|e| {
+                RuntimeError::platform_failed(format!("using kubeconfig context {chosen:?}"), e)
+            })?;
         let target = format!(
             "context {chosen} (cluster {cluster_name}, {})",
             config.cluster_url
         );
-        let client =
-            kube::Client::try_from(config).map_err(|e| failed("connecting to the cluster", e))?;
+        let client = kube::Client::try_from(config)
+            .map_err(|e| RuntimeError::platform_failed("connecting to the cluster", e))?;
         Ok(KubeRuntime::new(
             client,
             &chosen,
@@ -334,7 +327,7 @@ impl KubeRuntime {
             control_token: token,
             cluster: &self.cluster,
         })
-        .map_err(|e| failed("rendering the environment", e))
+        .map_err(|e| RuntimeError::platform_failed("rendering the environment", e))
     }
 
     /// Applies `objects` in order; `true` when any was written.
@@ -377,19 +370,19 @@ impl KubeRuntime {
         let sidecar = pods
             .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=sidecar")))
             .await
-            .map_err(|e| failed(operation.clone(), e))?
+            .map_err(|e| RuntimeError::platform_failed(operation.clone(), e))?
             .items
             .into_iter()
             .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .and_then(|p| p.metadata.name)
             .ok_or_else(|| {
-                failed(
+                RuntimeError::platform_failed(
                     operation.clone(),
                     "no running sidecar pod (is the environment up?)",
                 )
             })?;
         let token = self.current_token(&namespace).await.ok_or_else(|| {
-            failed(
+            RuntimeError::platform_failed(
                 operation.clone(),
                 "the sidecar's configuration has no token",
             )
@@ -397,15 +390,17 @@ impl KubeRuntime {
         let mut forward = pods
             .portforward(&sidecar, &[crate::render::ports::CONTROL])
             .await
-            .map_err(|e| failed(operation.clone(), e))?;
+            .map_err(|e| RuntimeError::platform_failed(operation.clone(), e))?;
         let stream = forward
             .take_stream(crate::render::ports::CONTROL)
-            .ok_or_else(|| failed(operation.clone(), "the port-forward gave no stream"))?;
+            .ok_or_else(|| {
+                RuntimeError::platform_failed(operation.clone(), "the port-forward gave no stream")
+            })?;
         let answer = af_egress::control_client::request(stream, &token, method, path, body).await;
         forward.abort();
         answer
             .map(|(_, body)| body)
-            .map_err(|e| failed(operation, e))
+            .map_err(|e| RuntimeError::platform_failed(operation, e))
     }
 
     /// Keeps `verdict` on the namespace for `af status`.
@@ -429,7 +424,7 @@ impl KubeRuntime {
             .await
             .map(drop)
             .map_err(|e| {
-                failed(
+                RuntimeError::platform_failed(
                     format!("recording the containment verdict on namespace {name}"),
                     e,
                 )
@@ -448,7 +443,7 @@ impl KubeRuntime {
         let mut values = BTreeMap::new();
         for key in keys.split(',').filter(|k| !k.is_empty()) {
             let value = std::env::var(key).map_err(|_| {
-                failed(
+                RuntimeError::platform_failed(
                     "filling the services' Secret",
                     format!("a service takes {key} from the environment af runs in, and it is not set; set it and run af up again"),
                 )
@@ -533,7 +528,7 @@ impl Runtime for KubeRuntime {
         }
         .and_then(|ip| ip.parse().ok())
         .ok_or_else(|| {
-            failed(
+            RuntimeError::platform_failed(
                 format!("reading the ClusterIP of {name}/{SIDECAR}"),
                 "the cluster assigned none",
             )
@@ -658,7 +653,7 @@ impl Runtime for KubeRuntime {
         let namespace = Api::<Namespace>::all(self.client.clone())
             .get_opt(&name)
             .await
-            .map_err(|e| failed(format!("reading namespace {name}"), e))?;
+            .map_err(|e| RuntimeError::platform_failed(format!("reading namespace {name}"), e))?;
         let Some(namespace) = namespace
             .filter(|n| namespace::state_of(Some(n), id) != namespace::NamespaceState::Foreign)
         else {
@@ -677,15 +672,19 @@ impl Runtime for KubeRuntime {
         let deployments = Api::<Deployment>::namespaced(self.client.clone(), &name)
             .list(&ListParams::default().labels(af_runtime::MANAGED_LABEL))
             .await
-            .map_err(|e| failed(format!("listing the Deployments of {name}"), e))?;
+            .map_err(|e| {
+                RuntimeError::platform_failed(format!("listing the Deployments of {name}"), e)
+            })?;
         let pods = Api::<Pod>::namespaced(self.client.clone(), &name)
             .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=service")))
             .await
-            .map_err(|e| failed(format!("listing the pods of {name}"), e))?;
+            .map_err(|e| RuntimeError::platform_failed(format!("listing the pods of {name}"), e))?;
         let ingresses = Api::<Ingress>::namespaced(self.client.clone(), &name)
             .list(&ListParams::default())
             .await
-            .map_err(|e| failed(format!("listing the Ingresses of {name}"), e))?;
+            .map_err(|e| {
+                RuntimeError::platform_failed(format!("listing the Ingresses of {name}"), e)
+            })?;
         let services = deployments
             .items
             .iter()
@@ -753,12 +752,13 @@ impl Runtime for KubeRuntime {
         let path = af_egress::control_client::decisions_path(query);
         let body = self.control(id, "GET", &path, "").await?;
         af_egress::control_client::read_decisions(&body)
-            .map_err(|e| failed("reading the decision log", e))
+            .map_err(|e| RuntimeError::platform_failed("reading the decision log", e))
     }
 
     async fn inbox(&self, id: &EnvironmentId) -> Result<Vec<af_runtime::InboxEntry>, RuntimeError> {
         let body = self.control(id, "GET", "/v1/inbox", "").await?;
-        af_egress::control_client::read_inbox(&body).map_err(|e| failed("reading the inbox", e))
+        af_egress::control_client::read_inbox(&body)
+            .map_err(|e| RuntimeError::platform_failed("reading the inbox", e))
     }
 
     async fn trigger_webhook(
@@ -766,10 +766,11 @@ impl Runtime for KubeRuntime {
         id: &EnvironmentId,
         request: &af_runtime::WebhookRequest,
     ) -> Result<af_runtime::WebhookDelivery, RuntimeError> {
-        let body = serde_json::to_string(request).map_err(|e| failed("writing the webhook", e))?;
+        let body = serde_json::to_string(request)
+            .map_err(|e| RuntimeError::platform_failed("writing the webhook", e))?;
         let answer = self.control(id, "POST", "/v1/webhooks", &body).await?;
         af_egress::control_client::read_delivery(&answer)
-            .map_err(|e| failed("reading the webhook's delivery", e))
+            .map_err(|e| RuntimeError::platform_failed("reading the webhook's delivery", e))
     }
 
     async fn logs(
@@ -787,7 +788,9 @@ impl Runtime for KubeRuntime {
                     .labels(&format!("{SERVICE_LABEL}={service},{ROLE_LABEL}=service")),
             )
             .await
-            .map_err(|e| failed(format!("listing the pods of {service}"), e))?;
+            .map_err(|e| {
+                RuntimeError::platform_failed(format!("listing the pods of {service}"), e)
+            })?;
         let mut streams = Vec::new();
         for pod in listed.items {
             let instance = pod.metadata.name.clone().unwrap_or_default();
@@ -796,16 +799,15 @@ impl Runtime for KubeRuntime {
                 follow,
                 ..Default::default()
             };
-            let reader = pods
-                .log_stream(&instance, &params)
-                .await
-                .map_err(|e| failed(format!("reading the log of {instance}"), e))?;
+            let reader = pods.log_stream(&instance, &params).await.map_err(|e| {
+                RuntimeError::platform_failed(format!("reading the log of {instance}"), e)
+            })?;
             let lines = reader.lines().map(move |line| {
                 line.map(|line| LogLine {
                     instance: instance.clone(),
                     line,
                 })
-                .map_err(|e| failed("reading a pod's log", e))
+                .map_err(|e| RuntimeError::platform_failed("reading a pod's log", e))
             });
             streams.push(lines.boxed());
         }

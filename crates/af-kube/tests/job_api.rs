@@ -6,8 +6,8 @@ mod api;
 
 use std::time::Duration;
 
+use af_kube::apply::Patience;
 use af_kube::apply::job::run;
-use af_kube::apply::namespace::Patience;
 use af_runtime::RunCode;
 use api::scripted_with_bodies;
 use k8s_openapi::api::batch::v1::Job;

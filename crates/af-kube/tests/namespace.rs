@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use af_kube::apply::namespace::{NamespaceState, Patience, delete, ensure, state_of};
+use af_kube::apply::Patience;
+use af_kube::apply::namespace::{NamespaceState, delete, ensure, state_of};
 use af_manifest::EnvironmentId;
 use af_runtime::RunCode;
 use k8s_openapi::api::core::v1::Namespace;

@@ -6,7 +6,7 @@ mod api;
 
 use std::time::Duration;
 
-use af_kube::apply::namespace::Patience;
+use af_kube::apply::Patience;
 use af_kube::apply::probe::run;
 use af_runtime::RunCode;
 use api::{Script, scripted, status};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use af_kube::apply::namespace::Patience;
+use af_kube::apply::Patience;
 use af_kube::apply::published::{settled, wait};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -140,6 +140,18 @@ pub struct RuntimeError {
 }
 
 impl RuntimeError {
+    /// AF-RUN-001: the platform failed `operation` (what af was doing), for `detail`.
+    pub fn platform_failed(
+        operation: impl Into<String>,
+        detail: impl fmt::Display,
+    ) -> RuntimeError {
+        RuntimeErrorKind::PlatformFailed {
+            operation: operation.into(),
+            detail: detail.to_string(),
+        }
+        .into()
+    }
+
     pub fn code(&self) -> RunCode {
         match self.kind {
             RuntimeErrorKind::PlatformFailed { .. } => RunCode::PlatformFailed,

@@ -27,11 +27,10 @@ where
             "af may not list {what} on this cluster ({})",
             status.message
         ))),
-        Err(err) => Err(RuntimeErrorKind::PlatformFailed {
-            operation: format!("listing {what} for the fit check"),
-            detail: err.to_string(),
-        }
-        .into()),
+        Err(err) => Err(RuntimeError::platform_failed(
+            format!("listing {what} for the fit check"),
+            err.to_string(),
+        )),
     }
 }
 

@@ -3,21 +3,13 @@
 
 use std::time::Duration;
 
-use af_runtime::{RuntimeError, RuntimeErrorKind};
+use af_runtime::RuntimeError;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, LogParams};
 
-use super::namespace::Patience;
-
-fn failed(operation: String, err: impl std::fmt::Display) -> RuntimeError {
-    RuntimeErrorKind::PlatformFailed {
-        operation,
-        detail: err.to_string(),
-    }
-    .into()
-}
+use super::Patience;
 
 /// The last `count` lines of `text`.
 pub fn last_lines(text: &str, count: usize) -> String {
@@ -40,23 +32,25 @@ pub async fn run(
         super::objects::apply(client.clone(), &crate::render::Object::Job(job.clone())).await?;
     let started = tokio::time::Instant::now();
     loop {
-        let current = jobs
-            .get(&name)
-            .await
-            .map_err(|e| failed(format!("reading the migration Job {namespace}/{name}"), e))?;
+        let current = jobs.get(&name).await.map_err(|e| {
+            RuntimeError::platform_failed(
+                format!("reading the migration Job {namespace}/{name}"),
+                e,
+            )
+        })?;
         let status = current.status.unwrap_or_default();
         if status.succeeded.unwrap_or(0) > 0 {
             return Ok(wrote);
         }
         if status.failed.unwrap_or(0) > 0 {
             let lines = pod_log(client.clone(), namespace, &name).await;
-            return Err(failed(
+            return Err(RuntimeError::platform_failed(
                 format!("migrating with Job {namespace}/{name}"),
                 format!("the migration failed; it is not retried; its last lines:\n  {lines}"),
             ));
         }
         if started.elapsed() >= patience.timeout {
-            return Err(failed(
+            return Err(RuntimeError::platform_failed(
                 format!("migrating with Job {namespace}/{name}"),
                 format!("it did not finish within {} s", patience.timeout.as_secs()),
             ));

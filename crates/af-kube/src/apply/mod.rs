@@ -15,3 +15,19 @@ pub mod readiness;
 
 /// The field manager of every server-side apply: one, so a second `up` owns what the first set.
 pub const FIELD_MANAGER: &str = "af";
+
+/// How long, and how often, something the cluster does is waited for.
+#[derive(Clone, Copy, Debug)]
+pub struct Patience {
+    pub timeout: std::time::Duration,
+    pub interval: std::time::Duration,
+}
+
+impl Default for Patience {
+    fn default() -> Patience {
+        Patience {
+            timeout: std::time::Duration::from_secs(300),
+            interval: std::time::Duration::from_secs(1),
+        }
+    }
+}

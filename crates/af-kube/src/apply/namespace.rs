@@ -3,14 +3,13 @@
 //! `up` and `down` refuse it (AF-RUN-045) — `up` because the first policy would cut off whatever
 //! already runs there, `down` because deleting it would delete everything in it.
 
-use std::time::Duration;
-
 use af_manifest::EnvironmentId;
 use af_runtime::{RuntimeError, RuntimeErrorKind};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
+use super::Patience;
 use crate::render::names::{ENVIRONMENT_LABEL, MANAGED_LABEL};
 
 /// What the cluster has under the environment's namespace name.
@@ -53,14 +52,6 @@ pub fn state_of(namespace: Option<&Namespace>, env: &EnvironmentId) -> Namespace
     }
 }
 
-fn failed(operation: String, err: impl std::fmt::Display) -> RuntimeError {
-    RuntimeErrorKind::PlatformFailed {
-        operation,
-        detail: err.to_string(),
-    }
-    .into()
-}
-
 fn not_ours(name: &str) -> RuntimeError {
     RuntimeErrorKind::NotOurs {
         object_kind: "namespace".to_string(),
@@ -72,23 +63,7 @@ fn not_ours(name: &str) -> RuntimeError {
 async fn read(api: &Api<Namespace>, name: &str) -> Result<Option<Namespace>, RuntimeError> {
     api.get_opt(name)
         .await
-        .map_err(|e| failed(format!("reading namespace {name}"), e))
-}
-
-/// How long and how often a namespace being deleted is waited for.
-#[derive(Clone, Copy, Debug)]
-pub struct Patience {
-    pub timeout: Duration,
-    pub interval: Duration,
-}
-
-impl Default for Patience {
-    fn default() -> Patience {
-        Patience {
-            timeout: Duration::from_secs(300),
-            interval: Duration::from_secs(1),
-        }
-    }
+        .map_err(|e| RuntimeError::platform_failed(format!("reading namespace {name}"), e))
 }
 
 /// Waits until `name` is gone; past `patience`, the error names the finalizers holding it.
@@ -109,7 +84,7 @@ async fn wait_gone(
                 tokio::time::sleep(patience.interval).await;
             }
             NamespaceState::Terminating { finalizers } => {
-                return Err(failed(
+                return Err(RuntimeError::platform_failed(
                     format!("waiting for namespace {name} to be deleted"),
                     format!(
                         "it is still terminating after {} s, held by the finalizers {}; something they wait for is stuck (kubectl get namespace {name} -o yaml shows its conditions)",
@@ -123,7 +98,7 @@ async fn wait_gone(
                 ));
             }
             NamespaceState::Ours => {
-                return Err(failed(
+                return Err(RuntimeError::platform_failed(
                     format!("waiting for namespace {name} to be deleted"),
                     "the cluster accepted the delete and has not started it",
                 ));
@@ -158,7 +133,10 @@ pub async fn ensure(
                 _ => Err(not_ours(&name)),
             }
         }
-        Err(err) => Err(failed(format!("creating namespace {name}"), err)),
+        Err(err) => Err(RuntimeError::platform_failed(
+            format!("creating namespace {name}"),
+            err,
+        )),
     }
 }
 
@@ -179,7 +157,12 @@ pub async fn delete(
             Ok(_) => {}
             // Gone between the read and the delete.
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
-            Err(err) => return Err(failed(format!("deleting namespace {name}"), err)),
+            Err(err) => {
+                return Err(RuntimeError::platform_failed(
+                    format!("deleting namespace {name}"),
+                    err,
+                ));
+            }
         },
     }
     wait_gone(&api, name, env, patience).await

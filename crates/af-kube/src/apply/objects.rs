@@ -1,7 +1,7 @@
 //! Server-side apply of rendered objects, with one field manager: a second `up` of the same
 //! manifest sends the same objects and changes nothing; a changed one changes only what differs.
 
-use af_runtime::{RuntimeError, RuntimeErrorKind};
+use af_runtime::RuntimeError;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde::Serialize;
@@ -46,11 +46,7 @@ where
     .await
     .map(|applied| (applied, true))
     .map_err(|err| {
-        RuntimeErrorKind::PlatformFailed {
-            operation: format!("applying {} {name}", K::kind(&())),
-            detail: err.to_string(),
-        }
-        .into()
+        RuntimeError::platform_failed(format!("applying {} {name}", K::kind(&())), err.to_string())
     })
 }
 

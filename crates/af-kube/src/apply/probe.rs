@@ -9,15 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, LogParams, PostParams};
 
-use super::namespace::Patience;
-
-fn failed(operation: String, err: impl std::fmt::Display) -> RuntimeError {
-    RuntimeErrorKind::PlatformFailed {
-        operation,
-        detail: err.to_string(),
-    }
-    .into()
-}
+use super::Patience;
 
 fn refused(outcome: String) -> RuntimeError {
     RuntimeErrorKind::ContainmentRefused {
@@ -60,18 +52,17 @@ pub async fn run(
     let api: Api<Pod> = Api::namespaced(client, namespace);
     let name = pod.metadata.name.clone().unwrap_or_default();
     remove(&api, &name).await?;
-    api.create(&PostParams::default(), pod)
-        .await
-        .map_err(|e| failed(format!("creating the probe pod {namespace}/{name}"), e))?;
+    api.create(&PostParams::default(), pod).await.map_err(|e| {
+        RuntimeError::platform_failed(format!("creating the probe pod {namespace}/{name}"), e)
+    })?;
     let started = tokio::time::Instant::now();
     let finished = loop {
-        let current = api
-            .get(&name)
-            .await
-            .map_err(|e| failed(format!("reading the probe pod {namespace}/{name}"), e))?;
+        let current = api.get(&name).await.map_err(|e| {
+            RuntimeError::platform_failed(format!("reading the probe pod {namespace}/{name}"), e)
+        })?;
         if let Some(problem) = image_problem(&current) {
             let _ = remove(&api, &name).await;
-            return Err(failed(
+            return Err(RuntimeError::platform_failed(
                 format!("starting the probe pod {namespace}/{name}"),
                 problem,
             ));
@@ -99,7 +90,7 @@ pub async fn run(
         .and_then(|state| state.terminated.as_ref())
         .map_or(-1, |terminated| i64::from(terminated.exit_code));
     let output = api.logs(&name, &LogParams::default()).await.map_err(|e| {
-        failed(
+        RuntimeError::platform_failed(
             format!("reading the probe pod's verdict ({namespace}/{name})"),
             e,
         )
@@ -118,19 +109,23 @@ async fn remove(api: &Api<Pod>, name: &str) -> Result<(), RuntimeError> {
     {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
-        Err(err) => return Err(failed(format!("removing the probe pod {name}"), err)),
+        Err(err) => {
+            return Err(RuntimeError::platform_failed(
+                format!("removing the probe pod {name}"),
+                err,
+            ));
+        }
     }
     for _ in 0..60 {
-        let present = api
-            .get_opt(name)
-            .await
-            .map_err(|e| failed(format!("reading the probe pod {name}"), e))?;
+        let present = api.get_opt(name).await.map_err(|e| {
+            RuntimeError::platform_failed(format!("reading the probe pod {name}"), e)
+        })?;
         if present.is_none() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(failed(
+    Err(RuntimeError::platform_failed(
         format!("removing the probe pod {name}"),
         "it is still there 30 s after its deletion",
     ))

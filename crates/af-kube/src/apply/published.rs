@@ -5,10 +5,10 @@
 
 use std::net::SocketAddr;
 
-use af_runtime::{RuntimeError, RuntimeErrorKind};
+use af_runtime::RuntimeError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::namespace::Patience;
+use super::Patience;
 
 /// Whether an answer says the route is in place.
 pub fn settled(status: u16) -> bool {
@@ -56,14 +56,13 @@ pub async fn wait(
                 Ok(status) => format!("it still answers {status}"),
                 Err(why) => format!("it does not answer ({why})"),
             };
-            return Err(RuntimeErrorKind::PlatformFailed {
-                operation: format!("waiting for http://{host}{path} to be routed"),
-                detail: format!(
+            return Err(RuntimeError::platform_failed(
+                format!("waiting for http://{host}{path} to be routed"),
+                format!(
                     "{seen} after {} s; the ingress controller has no route to the service (is the domain's wildcard record pointing at it?)",
                     patience.timeout.as_secs()
                 ),
-            }
-            .into());
+            ));
         }
         tokio::time::sleep(patience.interval).await;
     }

@@ -4,23 +4,15 @@
 
 use std::time::Duration;
 
-use af_runtime::{RuntimeError, RuntimeErrorKind};
+use af_runtime::RuntimeError;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, LogParams};
 
-use super::namespace::Patience;
+use super::Patience;
 use super::probe::image_problem;
 use crate::render::names::{ROLE_LABEL, SERVICE_LABEL};
-
-fn failed(operation: String, err: impl std::fmt::Display) -> RuntimeError {
-    RuntimeErrorKind::PlatformFailed {
-        operation,
-        detail: err.to_string(),
-    }
-    .into()
-}
 
 /// Why `pod` will not become ready, if it says so.
 pub fn pod_problem(pod: &Pod) -> Option<String> {
@@ -118,10 +110,9 @@ pub async fn wait(
     loop {
         let mut waiting = Vec::new();
         for name in names {
-            let deployment = deployments
-                .get(name)
-                .await
-                .map_err(|e| failed(format!("reading Deployment {namespace}/{name}"), e))?;
+            let deployment = deployments.get(name).await.map_err(|e| {
+                RuntimeError::platform_failed(format!("reading Deployment {namespace}/{name}"), e)
+            })?;
             if !all_ready(&deployment) {
                 waiting.push(name.clone());
             }
@@ -132,7 +123,9 @@ pub async fn wait(
         let listed = pods
             .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=service")))
             .await
-            .map_err(|e| failed(format!("listing the pods of {namespace}"), e))?;
+            .map_err(|e| {
+                RuntimeError::platform_failed(format!("listing the pods of {namespace}"), e)
+            })?;
         for pod in &listed.items {
             let service = pod
                 .metadata
@@ -158,7 +151,7 @@ pub async fn wait(
                 } else {
                     String::new()
                 };
-                return Err(failed(
+                return Err(RuntimeError::platform_failed(
                     format!("starting service {service} (pod {namespace}/{name})"),
                     format!("{problem}{gate}"),
                 ));
@@ -168,7 +161,9 @@ pub async fn wait(
         let sets = replica_sets
             .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=service")))
             .await
-            .map_err(|e| failed(format!("listing the ReplicaSets of {namespace}"), e))?;
+            .map_err(|e| {
+                RuntimeError::platform_failed(format!("listing the ReplicaSets of {namespace}"), e)
+            })?;
         for set in &sets.items {
             if let Some(problem) = replica_set_problem(set) {
                 let service = set
@@ -178,11 +173,14 @@ pub async fn wait(
                     .and_then(|l| l.get(SERVICE_LABEL))
                     .cloned()
                     .unwrap_or_default();
-                return Err(failed(format!("starting service {service}"), problem));
+                return Err(RuntimeError::platform_failed(
+                    format!("starting service {service}"),
+                    problem,
+                ));
             }
         }
         if started.elapsed() >= patience.timeout {
-            return Err(failed(
+            return Err(RuntimeError::platform_failed(
                 format!("waiting for {} to be ready", waiting.join(", ")),
                 format!(
                     "not every replica was ready within {} s",
