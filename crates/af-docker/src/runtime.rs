@@ -203,7 +203,7 @@ impl Runtime for LocalRuntime {
         )
         .await?;
         changed.store(sidecar_created, std::sync::atomic::Ordering::Relaxed);
-        let no_proxy = service::no_proxy(manifest.services.keys().map(String::as_str));
+        let no_proxy = af_runtime::no_proxy(manifest.services.keys().map(String::as_str));
         let placement = Placement {
             env,
             engine_image: &image,

@@ -52,14 +52,6 @@ pub fn roles(service: &str, index: u32) -> (String, String) {
 /// the gate starts. The rounds are still three, each trying every route.
 const GATE_INTERVAL_MS: &str = "100";
 
-/// What clients that honour the proxy variables must reach directly: loopback, and the other
-/// services by name (`http://worker:9090` through the sidecar would be denied as an outside host).
-pub fn no_proxy<'a>(service_names: impl IntoIterator<Item = &'a str>) -> String {
-    let mut hosts = vec!["localhost", "127.0.0.1"];
-    hosts.extend(service_names);
-    hosts.join(",")
-}
-
 /// The environment a service's process gets: its own variables (references resolved from af's
 /// environment), then the proxy settings, which always point at the sidecar.
 pub fn environment(
@@ -488,7 +480,7 @@ mod tests {
         )
         .unwrap();
         let web = &manifest.services["web"];
-        let env = environment(web, "172.20.0.2", &no_proxy(["web"]), |name| {
+        let env = environment(web, "172.20.0.2", &af_runtime::no_proxy(["web"]), |name| {
             (name == "HOST_TOKEN").then(|| "t0k3n".to_string())
         })
         .unwrap();

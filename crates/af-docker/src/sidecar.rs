@@ -93,16 +93,6 @@ pub fn host_in(subnet: &str, index: u32) -> Option<Ipv4Addr> {
     (u64::from(index) < size.saturating_sub(1)).then(|| Ipv4Addr::from(u32::from(base) + index))
 }
 
-/// A control token nobody can guess: 32 hex digits from the kernel's random source.
-fn new_token() -> Result<String, DockerError> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| random.read_exact(&mut bytes))
-        .map_err(|e| platform("making the control token", e))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// The sidecar's configuration, as the file `af-proxy serve` reads.
 pub fn config(
     env: &EnvironmentId,
@@ -177,7 +167,8 @@ pub async fn start(
             "the subnet is too small",
         )
     })?;
-    let token = new_token()?;
+    let token = af_egress::config::new_control_token()
+        .map_err(|e| platform("making the control token", e))?;
     let body = ContainerCreateBody {
         image: Some(image.to_string()),
         cmd: Some(vec!["serve".to_string()]),

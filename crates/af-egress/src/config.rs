@@ -342,6 +342,15 @@ impl SidecarConfig {
     }
 }
 
+/// A control token nobody can guess: 32 hex digits from the kernel's random source. Each runtime
+/// makes one per environment and puts it in the sidecar's configuration.
+pub fn new_control_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

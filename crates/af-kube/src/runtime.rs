@@ -77,16 +77,6 @@ impl std::fmt::Debug for KubeRuntime {
     }
 }
 
-/// A fresh control token: 32 random bytes, hex.
-fn token() -> Result<String, RuntimeError> {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| random.read_exact(&mut bytes))
-        .map_err(|e| RuntimeError::platform_failed("making the sidecar's control token", e))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 impl KubeRuntime {
     /// A runtime over `client`. `target` names the context and cluster for the person.
     pub fn new(
@@ -536,7 +526,8 @@ impl Runtime for KubeRuntime {
         // The token the sidecar already has is kept: a new one would replace the sidecar every up.
         let token = match self.current_token(&name).await {
             Some(token) => token,
-            None => token()?,
+            None => af_egress::config::new_control_token()
+                .map_err(|e| RuntimeError::platform_failed("making the control token", e))?,
         };
         let rendered = self.rendered(environment, &images, sidecar_ip, &token)?;
         let verdict = Self::step(

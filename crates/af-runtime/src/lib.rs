@@ -43,5 +43,14 @@ pub const PROXY_VARIABLES: [&str; 6] = [
     "no_proxy",
 ];
 
+/// What clients that honour the proxy variables must reach directly: loopback, and the other
+/// services by name (`http://worker:9090` through the sidecar would be denied as an outside host):
+/// the `NO_PROXY` value of every service, on every runtime.
+pub fn no_proxy<'a>(service_names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut hosts = vec!["localhost", "127.0.0.1"];
+    hosts.extend(service_names);
+    hosts.join(",")
+}
+
 /// The label carrying the environment id, beside [`MANAGED_LABEL`].
 pub const ENVIRONMENT_LABEL: &str = "dev.antifailure.environment";

@@ -195,15 +195,14 @@ pub fn environment(input: &RenderInput<'_>, service: &Service) -> Vec<EnvVar> {
         })
         .collect();
     let proxy = format!("http://{}:{}", input.sidecar_ip, ports::PROXY);
-    let mut no_proxy = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-    no_proxy.extend(input.manifest.services.keys().cloned());
+    let no_proxy = af_runtime::no_proxy(input.manifest.services.keys().map(String::as_str));
     for (name, value) in [
         ("HTTP_PROXY", &proxy),
         ("HTTPS_PROXY", &proxy),
         ("http_proxy", &proxy),
         ("https_proxy", &proxy),
-        ("NO_PROXY", &no_proxy.join(",")),
-        ("no_proxy", &no_proxy.join(",")),
+        ("NO_PROXY", &no_proxy),
+        ("no_proxy", &no_proxy),
     ] {
         out.push(EnvVar {
             name: name.to_string(),
