@@ -191,9 +191,18 @@ impl RuntimeError {
                 "the {runtime} runtime does not support {}",
                 capability.describe()
             ),
-            RuntimeErrorKind::NotOurs { object_kind, name } => format!(
-                "{object_kind} {name:?} exists but does not carry the label dev.antifailure.managed=true, so it is not af's"
-            ),
+            RuntimeErrorKind::NotOurs { object_kind, name } => {
+                let mut message = format!(
+                    "{object_kind} {name:?} exists but does not carry the label dev.antifailure.managed=true, so it is not af's"
+                );
+                // What using it would do: the reason af leaves it alone.
+                if object_kind == "namespace" {
+                    message.push_str(
+                        "; placing an environment in it would cut off whatever runs there (the first policy denies all traffic), and removing it would remove everything in it",
+                    );
+                }
+                message
+            }
             RuntimeErrorKind::DoesNotFit { shortfalls } => format!(
                 "the environment does not fit in what is free: {}",
                 shortfalls.join("; ")
@@ -265,6 +274,24 @@ mod tests {
             let number: u8 = code.as_str().trim_start_matches("AF-RUN-").parse().unwrap();
             assert_eq!(code.exit_status(), number);
         }
+    }
+
+    #[test]
+    fn a_foreign_namespace_says_what_using_it_would_do() {
+        let namespace = RuntimeError::from(RuntimeErrorKind::NotOurs {
+            object_kind: "namespace".into(),
+            name: "af-shop-main".into(),
+        });
+        assert!(
+            namespace
+                .to_string()
+                .contains("would cut off whatever runs there")
+        );
+        let network = RuntimeError::from(RuntimeErrorKind::NotOurs {
+            object_kind: "network".into(),
+            name: "af-shop-main-internal".into(),
+        });
+        assert!(!network.to_string().contains("cut off"));
     }
 
     #[test]
