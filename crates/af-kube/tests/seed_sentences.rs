@@ -8,6 +8,17 @@ use af_kube::render::{Object, Rendered, ports};
 use k8s_openapi::api::core::v1::PodSpec;
 use support::{rendered, shop};
 
+/// The pod spec of `service`'s Deployment.
+fn pod_spec(objects: &Rendered, service: &str) -> PodSpec {
+    objects
+        .deployments
+        .iter()
+        .find(|d| d.metadata.name.as_deref() == Some(service))
+        .and_then(|d| d.spec.clone())
+        .and_then(|spec| spec.template.spec)
+        .unwrap_or_else(|| panic!("no Deployment {service}"))
+}
+
 /// Every pod spec a customer's code runs in (services, migrations) and the probe's.
 fn workload_pods(objects: &Rendered) -> Vec<(String, PodSpec)> {
     let mut pods: Vec<(String, PodSpec)> = objects
@@ -82,14 +93,7 @@ fn the_sidecar_is_one_replica_even_when_a_service_asks_for_three() {
 #[test]
 fn request_equals_limit() {
     let objects = rendered(&shop());
-    let web = &objects.deployments[2]
-        .spec
-        .clone()
-        .unwrap()
-        .template
-        .spec
-        .unwrap()
-        .containers[0];
+    let web = &pod_spec(&objects, "web").containers[0];
     let resources = web.resources.as_ref().unwrap();
     assert_eq!(resources.requests, resources.limits);
     assert_eq!(resources.limits.as_ref().unwrap()["cpu"].0, "250m");
@@ -102,14 +106,7 @@ fn request_equals_limit() {
 #[test]
 fn an_unnamed_dimension_is_in_neither_map_and_no_size_renders_as_no_key() {
     let objects = rendered(&shop());
-    let worker = &objects.deployments[0]
-        .spec
-        .clone()
-        .unwrap()
-        .template
-        .spec
-        .unwrap()
-        .containers[0];
+    let worker = &pod_spec(&objects, "worker").containers[0];
     let resources = worker.resources.as_ref().unwrap();
     assert!(!resources.limits.as_ref().unwrap().contains_key("cpu"));
     assert!(!resources.requests.as_ref().unwrap().contains_key("cpu"));
@@ -117,14 +114,7 @@ fn an_unnamed_dimension_is_in_neither_map_and_no_size_renders_as_no_key() {
     let without = rendered(&support::manifest(base));
     let empty = rendered(&support::manifest(&format!("{base}    resources: {{}}\n")));
     assert_eq!(without.deployments, empty.deployments);
-    let api = &without.deployments[0]
-        .spec
-        .clone()
-        .unwrap()
-        .template
-        .spec
-        .unwrap()
-        .containers[0];
+    let api = &pod_spec(&without, "api").containers[0];
     assert_eq!(api.resources, None);
 }
 
@@ -365,12 +355,7 @@ fn the_namespace_carries_our_labels_in_the_object() {
 #[test]
 fn a_cron_service_is_a_deployment_running_the_engine_scheduler() {
     let objects = rendered(&shop());
-    let report = objects
-        .deployments
-        .iter()
-        .find(|d| d.metadata.name.as_deref() == Some("report"))
-        .unwrap();
-    let spec = report.spec.clone().unwrap().template.spec.unwrap();
+    let spec = pod_spec(&objects, "report");
     let command = spec.containers[0].command.clone().unwrap();
     assert_eq!(
         command[..5],
