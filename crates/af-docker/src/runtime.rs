@@ -2,7 +2,7 @@
 //! probe, sidecar, services (each behind its gate), readiness — and `down`, `status`, `logs`.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use af_manifest::{EnvironmentId, ImageSource};
 use af_runtime::{
@@ -55,26 +55,6 @@ impl LocalRuntime {
         }
     }
 
-    async fn step<T>(
-        progress: &dyn ProgressSink,
-        step: Step,
-        detail: &str,
-        work: impl std::future::Future<Output = Result<T, DockerError>>,
-    ) -> Result<T, RuntimeError> {
-        progress.emit(ProgressEvent::StepStarted {
-            step,
-            detail: detail.to_string(),
-        });
-        let started = Instant::now();
-        let result = work.await.map_err(RuntimeError::from)?;
-        progress.emit(ProgressEvent::StepFinished {
-            step,
-            detail: detail.to_string(),
-            elapsed: started.elapsed(),
-        });
-        Ok(result)
-    }
-
     async fn applications(
         &self,
         id: &EnvironmentId,
@@ -118,7 +98,7 @@ impl Runtime for LocalRuntime {
         }
         let docker = &self.docker;
         let env = &environment.id;
-        let (image, images) = Self::step(
+        let (image, images) = af_runtime::run_step(
             progress,
             Step::Images,
             "the engine image and the services' images",
@@ -146,11 +126,11 @@ impl Runtime for LocalRuntime {
                     };
                     images.insert(service.name.clone(), tag);
                 }
-                Ok((engine, images))
+                Ok::<_, DockerError>((engine, images))
             },
         )
         .await?;
-        let (internal, egress) = Self::step(
+        let (internal, egress) = af_runtime::run_step(
             progress,
             Step::Networks,
             "internal and egress networks",
@@ -172,7 +152,7 @@ impl Runtime for LocalRuntime {
         {
             targets.extend(["--platform-api".to_string(), api]);
         }
-        let containment = Self::step(
+        let containment = af_runtime::run_step(
             progress,
             Step::Probe,
             "every escape route, under a service's rules",
@@ -187,7 +167,7 @@ impl Runtime for LocalRuntime {
             .filter_map(|s| s.port.map(|p| (s.name.clone(), p)))
             .collect();
         let changed = std::sync::atomic::AtomicBool::new(false);
-        let (sidecar, sidecar_created) = Self::step(
+        let (sidecar, sidecar_created) = af_runtime::run_step(
             progress,
             Step::Sidecar,
             "the egress sidecar",
@@ -226,7 +206,7 @@ impl Runtime for LocalRuntime {
                         .map_err(RuntimeError::from)?
                 {
                     let detail = format!("{} ({})", service.name, command.join(" "));
-                    Self::step(
+                    af_runtime::run_step(
                         progress,
                         Step::Migrations,
                         &detail,
@@ -242,7 +222,7 @@ impl Runtime for LocalRuntime {
                     if service.replicas == 1 { "" } else { "s" }
                 );
                 let detail = &detail;
-                Self::step(progress, Step::Services, detail, async {
+                af_runtime::run_step(progress, Step::Services, detail, async {
                     // Instances are independent of each other: all start at once.
                     let addresses = futures_util::future::try_join_all((0..service.replicas).map(
                         |index| async move {
@@ -285,7 +265,7 @@ impl Runtime for LocalRuntime {
                             url,
                         });
                     }
-                    Ok(())
+                    Ok::<_, DockerError>(())
                 })
                 .await?;
                 Ok::<(), RuntimeError>(())
@@ -324,7 +304,7 @@ impl Runtime for LocalRuntime {
         id: &EnvironmentId,
         progress: &dyn ProgressSink,
     ) -> Result<(), RuntimeError> {
-        Self::step(
+        af_runtime::run_step(
             progress,
             Step::Teardown,
             "every object labelled with the environment",

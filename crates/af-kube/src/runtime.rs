@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::time::Instant;
 
 use af_manifest::{DatabaseProvider, EnvironmentId, ImageSource, Manifest};
 use af_runtime::{
@@ -264,26 +263,6 @@ impl KubeRuntime {
         namespace_name(&self.namespace_prefix, id)
     }
 
-    async fn step<T>(
-        progress: &dyn ProgressSink,
-        step: Step,
-        detail: &str,
-        work: impl std::future::Future<Output = Result<T, RuntimeError>>,
-    ) -> Result<T, RuntimeError> {
-        progress.emit(ProgressEvent::StepStarted {
-            step,
-            detail: detail.to_string(),
-        });
-        let started = Instant::now();
-        let result = work.await?;
-        progress.emit(ProgressEvent::StepFinished {
-            step,
-            detail: detail.to_string(),
-            elapsed: started.elapsed(),
-        });
-        Ok(result)
-    }
-
     /// What this runtime cannot do for `manifest`, refused before anything is created.
     fn refuse_unsupported(&self, manifest: &Manifest) -> Result<(), RuntimeError> {
         match manifest.database.as_ref().map(|d| &d.provider) {
@@ -462,7 +441,7 @@ impl Runtime for KubeRuntime {
             message: format!("af up is about to change {}", self.target),
         });
         let client = self.client.clone();
-        let images = Self::step(
+        let images = af_runtime::run_step(
             progress,
             Step::Images,
             "the services' images",
@@ -471,7 +450,7 @@ impl Runtime for KubeRuntime {
         .await?;
         // Sizes do not depend on the sidecar's address: the fit check runs before anything exists.
         let sized = self.rendered(environment, &images, STAND_IN, "")?;
-        Self::step(
+        af_runtime::run_step(
             progress,
             Step::FitCheck,
             "the environment's sizes against the free room",
@@ -480,7 +459,7 @@ impl Runtime for KubeRuntime {
         .await?;
         let name = self.namespace(&environment.id);
         // The nodes of a k3d or kind cluster get the images before anything needs them.
-        let copied = Self::step(
+        let copied = af_runtime::run_step(
             progress,
             Step::Images,
             "copying images into the nodes",
@@ -489,7 +468,7 @@ impl Runtime for KubeRuntime {
         .await?;
         // Whether this up wrote anything beyond the probe's own pod and verdict.
         let mut changed = copied
-            | Self::step(progress, Step::Namespace, &name, {
+            | af_runtime::run_step(progress, Step::Namespace, &name, {
                 namespace::ensure(
                     client.clone(),
                     &sized.namespace,
@@ -498,7 +477,7 @@ impl Runtime for KubeRuntime {
                 )
             })
             .await?;
-        changed |= Self::step(
+        changed |= af_runtime::run_step(
             progress,
             Step::Policies,
             "default deny, and the sidecar as the only way out",
@@ -530,7 +509,7 @@ impl Runtime for KubeRuntime {
                 .map_err(|e| RuntimeError::platform_failed("making the control token", e))?,
         };
         let rendered = self.rendered(environment, &images, sidecar_ip, &token)?;
-        let verdict = Self::step(
+        let verdict = af_runtime::run_step(
             progress,
             Step::Probe,
             "every escape route, under a service's rules",
@@ -538,7 +517,7 @@ impl Runtime for KubeRuntime {
         )
         .await?;
         self.record_verdict(&rendered.namespace, &verdict).await?;
-        changed |= Self::step(progress, Step::Sidecar, "the egress sidecar", async {
+        changed |= af_runtime::run_step(progress, Step::Sidecar, "the egress sidecar", async {
             let wrote = self
                 .apply_all([
                     Object::Secret(rendered.sidecar_config.clone()),
@@ -552,7 +531,7 @@ impl Runtime for KubeRuntime {
                 readiness::PATIENCE,
             )
             .await?;
-            Ok(wrote)
+            Ok::<_, RuntimeError>(wrote)
         })
         .await?;
         if let Some(secret) = &rendered.service_env {
@@ -562,7 +541,7 @@ impl Runtime for KubeRuntime {
         }
         for migration in &rendered.migrations {
             let detail = migration.metadata.name.clone().unwrap_or_default();
-            changed |= Self::step(progress, Step::Migrations, &detail, {
+            changed |= af_runtime::run_step(progress, Step::Migrations, &detail, {
                 job::run(client.clone(), &name, migration, job::PATIENCE)
             })
             .await?;
@@ -572,7 +551,7 @@ impl Runtime for KubeRuntime {
             .iter()
             .filter_map(|d| d.metadata.name.clone())
             .collect();
-        changed |= Self::step(progress, Step::Services, &names.join(", "), {
+        changed |= af_runtime::run_step(progress, Step::Services, &names.join(", "), {
             self.apply_all(
                 rendered
                     .services
@@ -584,7 +563,7 @@ impl Runtime for KubeRuntime {
             )
         })
         .await?;
-        Self::step(
+        af_runtime::run_step(
             progress,
             Step::Readiness,
             "every replica of every service",
@@ -603,7 +582,7 @@ impl Runtime for KubeRuntime {
                     .health_path
                     .clone()
                     .unwrap_or_else(|| "/".to_string());
-                Self::step(
+                af_runtime::run_step(
                     progress,
                     Step::Readiness,
                     &format!("http://{host}{path} routed by the ingress"),
@@ -633,7 +612,7 @@ impl Runtime for KubeRuntime {
         progress: &dyn ProgressSink,
     ) -> Result<(), RuntimeError> {
         let name = self.namespace(id);
-        Self::step(progress, Step::Teardown, &format!("namespace {name}"), {
+        af_runtime::run_step(progress, Step::Teardown, &format!("namespace {name}"), {
             namespace::delete(self.client.clone(), &name, id, Patience::default())
         })
         .await

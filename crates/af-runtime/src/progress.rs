@@ -63,6 +63,31 @@ pub trait ProgressSink: Send + Sync {
     fn emit(&self, event: ProgressEvent);
 }
 
+/// Runs `work` as `step` (`detail` telling which), saying so on `progress` when it starts and when
+/// it finishes: the one way a runtime reports a step.
+pub async fn run_step<T, E>(
+    progress: &dyn ProgressSink,
+    step: Step,
+    detail: &str,
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, crate::RuntimeError>
+where
+    E: Into<crate::RuntimeError>,
+{
+    progress.emit(ProgressEvent::StepStarted {
+        step,
+        detail: detail.to_string(),
+    });
+    let started = std::time::Instant::now();
+    let result = work.await.map_err(Into::into)?;
+    progress.emit(ProgressEvent::StepFinished {
+        step,
+        detail: detail.to_string(),
+        elapsed: started.elapsed(),
+    });
+    Ok(result)
+}
+
 /// Durations as whole milliseconds, the unit a JSON consumer expects.
 mod millis {
     use std::time::Duration;
