@@ -21,7 +21,7 @@ mod names;
 mod quantity;
 mod reader;
 mod secrets;
-mod tree;
+pub mod tree;
 
 use std::path::Path;
 
@@ -35,7 +35,7 @@ pub use model::{
     CannedResponse, CaptureRule, Database, DatabaseEngine, DatabaseProvider, EgressPolicy,
     EnvValue, ImageSource, MailPolicy, Manifest, Provider, Resources, RuntimeSettings, Service,
 };
-pub use quantity::{Quantity, parse_quantity};
+pub use quantity::{Quantity, QuantityError, parse_quantity};
 
 /// Parses and validates manifest text. `file` names the source in problems; nothing is read from
 /// disk, so relative paths (build contexts) are not checked — [`load`] does that.

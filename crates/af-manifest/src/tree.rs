@@ -13,7 +13,7 @@ use crate::diagnostic::{Location, ManifestCode, Problem};
 /// A YAML node. Mapping entries stay a list, in file order, so that duplicate keys survive parsing
 /// and can be reported where they were written.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Node {
+pub enum Node {
     Null,
     Bool(bool),
     Int(i128),
@@ -23,11 +23,11 @@ pub(crate) enum Node {
     Map(Vec<(SpannedNode, SpannedNode)>),
 }
 
-pub(crate) type SpannedNode = Spanned<Node>;
+pub type SpannedNode = Spanned<Node>;
 
 impl Node {
     /// How the node is named in a "expected X, found Y" message.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Node::Null => "nothing (null)",
             Node::Bool(_) => "a boolean",
@@ -42,7 +42,7 @@ impl Node {
 
 /// Where a node was written. Aliases report the place they were used, which is where a person
 /// looks first.
-pub(crate) fn location_of(node: &SpannedNode) -> Location {
+pub fn location_of(node: &SpannedNode) -> Location {
     to_location(&node.referenced, None)
 }
 
@@ -64,31 +64,64 @@ fn to_location(at: &serde_saphyr::Location, source: Option<&str>) -> Location {
     }
 }
 
-/// Parses YAML text into a located tree. Duplicate keys are passed through (and reported later by
-/// the decoder, with both places); YAML 1.1 booleans such as `yes` stay strings.
-pub(crate) fn parse_tree(source: &str) -> Result<SpannedNode, Problem> {
-    let options = serde_saphyr::options! {
+/// How located trees are read: duplicate keys are passed through (and reported later by the
+/// decoder, with both places); YAML 1.1 booleans such as `yes` stay strings.
+fn located_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
         duplicate_keys: DuplicateKeyPolicy::PassThrough,
         strict_booleans: true,
         with_snippet: false,
-    };
-    serde_saphyr::from_str_with_options::<SpannedNode>(source, options).map_err(|err| {
-        let location = err.location().map(|at| to_location(&at, Some(source)));
+    }
+}
+
+/// YAML text that does not parse: the parser's message without the place it names, and the place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyntaxError {
+    pub message: String,
+    pub location: Location,
+}
+
+impl SyntaxError {
+    fn from_parser(err: &serde_saphyr::Error, source: &str) -> SyntaxError {
+        SyntaxError {
+            message: syntax_message(&err.to_string()),
+            location: err
+                .location()
+                .map(|at| to_location(&at, Some(source)))
+                .unwrap_or(Location {
+                    line: 1,
+                    column: 1,
+                    offset: 0,
+                    len: 0,
+                }),
+        }
+    }
+}
+
+/// Parses every document of a YAML stream (`---`-separated) into located trees, in file order.
+/// Empty documents are left out.
+pub fn parse_documents(source: &str) -> Result<Vec<SpannedNode>, SyntaxError> {
+    serde_saphyr::from_multiple_with_options::<SpannedNode>(source, located_options())
+        .map(|documents| {
+            documents
+                .into_iter()
+                .filter(|document| document.value != Node::Null)
+                .collect()
+        })
+        .map_err(|err| SyntaxError::from_parser(&err, source))
+}
+
+/// Parses YAML text into a located tree.
+pub(crate) fn parse_tree(source: &str) -> Result<SpannedNode, Problem> {
+    serde_saphyr::from_str_with_options::<SpannedNode>(source, located_options()).map_err(|err| {
+        let syntax = SyntaxError::from_parser(&err, source);
         Problem {
             code: ManifestCode::Syntax,
-            message: format!(
-                "this is not valid YAML: {}",
-                syntax_message(&err.to_string())
-            ),
+            message: format!("this is not valid YAML: {}", syntax.message),
             help:
                 "fix the YAML syntax at this place; indentation must use spaces and be consistent"
                     .to_string(),
-            location: location.or(Some(Location {
-                line: 1,
-                column: 1,
-                offset: 0,
-                len: 0,
-            })),
+            location: Some(syntax.location),
         }
     })
 }
