@@ -13,7 +13,7 @@ use crate::kinds::{AgentSpec, FlowNode, FlowSpec, PluginSpec, Sandbox, SchemaSpe
 use crate::names::{cel_variable, is_env_name, label_problem, suggested_label};
 use crate::runtime::RuntimeSpec;
 use crate::source::PromptSource;
-use crate::structure::Object;
+use crate::structure::{Kind, Object};
 use crate::when::free_variables;
 
 /// The workspace tools every agent may be given.
@@ -22,6 +22,8 @@ pub const BUILTIN_TOOLS: [&str; 4] = ["ws.read", "ws.write", "ws.exec", "ws.test
 pub(crate) struct Checker<'a> {
     documents: &'a [Document],
     pub(crate) problems: Vec<Diagnostic>,
+    /// Objects whose shape was refused: a reference to one is not a second mistake.
+    pub(crate) refused: BTreeSet<(Kind, String)>,
 }
 
 impl<'a> Checker<'a> {
@@ -29,6 +31,7 @@ impl<'a> Checker<'a> {
         Checker {
             documents,
             problems: Vec::new(),
+            refused: BTreeSet::new(),
         }
     }
 
@@ -42,6 +45,10 @@ impl<'a> Checker<'a> {
     ) {
         let diagnostic = self.documents[document].diagnostic(code, pointer, message, help);
         self.problems.push(diagnostic);
+    }
+
+    fn is_refused(&self, kind: Kind, name: &str) -> bool {
+        self.refused.contains(&(kind, name.to_string()))
     }
 
     fn label(&mut self, document: usize, pointer: &str, name: &str, what: &str) {
@@ -177,7 +184,12 @@ pub(crate) fn check(config: &mut Config, checker: &mut Checker<'_>, prompts: &Pr
 
 /// Object names, for every kind but the Runtime.
 pub(crate) fn check_name(checker: &mut Checker<'_>, document: usize, name: &str, kind: &str) {
-    checker.label(document, "/metadata/name", name, &format!("the {kind} name"));
+    checker.label(
+        document,
+        "/metadata/name",
+        name,
+        &format!("the {kind} name"),
+    );
 }
 
 fn check_schema(checker: &mut Checker<'_>, schema: &Object<SchemaSpec>) {
@@ -228,6 +240,10 @@ fn check_agent(
         check_budget(checker, d, "/spec/budget", budget.usd);
     }
     for (i, tool) in spec.tools.iter().enumerate() {
+        let plugin = tool.split_once('.').map_or(tool.as_str(), |(p, _)| p);
+        if checker.is_refused(Kind::Plugin, plugin) {
+            continue;
+        }
         if let Some((message, help)) = tool_problem(tool, plugins) {
             checker.report(
                 d,
@@ -344,7 +360,7 @@ fn resolve_prompt(
 fn check_flow(checker: &mut Checker<'_>, flow: &Object<FlowSpec>, config: &Config) {
     let d = flow.document;
     let spec = &flow.spec;
-    if !config.schemas.contains_key(&spec.input) {
+    if !config.schemas.contains_key(&spec.input) && !checker.is_refused(Kind::Schema, &spec.input) {
         checker.report(
             d,
             CfgCode::UnresolvedReference,
@@ -381,7 +397,10 @@ fn check_flow(checker: &mut Checker<'_>, flow: &Object<FlowSpec>, config: &Confi
                     d,
                     CfgCode::UnknownNeed,
                     &format!("/spec/nodes/{i}/needs/{j}"),
-                    format!("node {:?} needs {need:?}, which this flow does not have", node.id),
+                    format!(
+                        "node {:?} needs {need:?}, which this flow does not have",
+                        node.id
+                    ),
                     known("nodes", ids.keys()),
                 );
             } else if need == &node.id {
@@ -413,7 +432,10 @@ fn check_flow(checker: &mut Checker<'_>, flow: &Object<FlowSpec>, config: &Confi
     }
 }
 
-fn known<'k>(what: &str, names: impl Iterator<Item = &'k (impl AsRef<str> + 'k + ?Sized)>) -> String {
+fn known<'k>(
+    what: &str,
+    names: impl Iterator<Item = &'k (impl AsRef<str> + 'k + ?Sized)>,
+) -> String {
     let names: Vec<&str> = names.map(AsRef::as_ref).collect();
     if names.is_empty() {
         format!("this config has no {what}")
@@ -474,16 +496,21 @@ fn check_sandbox(checker: &mut Checker<'_>, d: usize, sandbox: &Sandbox) {
     }
     for (i, rule) in sandbox.egress.iter().enumerate() {
         let problem = match af_manifest::parse_host_rule(rule) {
+            _ if rule.contains("://") => Some(format!(
+                "egress rule {rule:?} is a URL; a rule names a host"
+            )),
             Ok(af_manifest::HostRule::Exact(_) | af_manifest::HostRule::Wildcard(_)) => None,
-            Ok(_) => Some("an address; the sandbox's proxy allows host names only".to_string()),
-            Err(why) => Some(why),
+            Ok(_) => Some(format!(
+                "egress rule {rule:?} is an address; the sandbox's proxy allows host names only"
+            )),
+            Err(why) => Some(format!("egress rule {rule:?}: {why}")),
         };
-        if let Some(why) = problem {
+        if let Some(message) = problem {
             checker.report(
                 d,
                 CfgCode::InvalidEgress,
                 &format!("/spec/sandbox/egress/{i}"),
-                format!("egress rule {rule:?} is {why}"),
+                message,
                 "write a host name (pypi.org) or a wildcard (\"*.pythonhosted.org\")".to_string(),
             );
         }
@@ -506,6 +533,7 @@ fn check_node(checker: &mut Checker<'_>, d: usize, at: &str, node: &FlowNode, co
     for (key, agent) in [("agent", &node.agent), ("deep", &node.deep)] {
         if let Some(agent) = agent
             && !config.agents.contains_key(agent)
+            && !checker.is_refused(Kind::Agent, agent)
         {
             checker.report(
                 d,
@@ -526,7 +554,7 @@ fn check_node(checker: &mut Checker<'_>, d: usize, at: &str, node: &FlowNode, co
                 "remove output, or make this an agent node".to_string(),
             );
         }
-        if !config.schemas.contains_key(output) {
+        if !config.schemas.contains_key(output) && !checker.is_refused(Kind::Schema, output) {
             checker.report(
                 d,
                 CfgCode::UnresolvedReference,
@@ -591,7 +619,12 @@ fn check_when(
     for id in transitive_needs(&node.id, needs) {
         visible.insert(cel_variable(id), id.to_string());
     }
-    let all_nodes: BTreeSet<String> = flow.spec.nodes.iter().map(|n| cel_variable(&n.id)).collect();
+    let all_nodes: BTreeSet<String> = flow
+        .spec
+        .nodes
+        .iter()
+        .map(|n| cel_variable(&n.id))
+        .collect();
     for variable in used.iter().filter(|v| !visible.contains_key(*v)) {
         let dashed = std::iter::once(&flow.spec.input)
             .chain(flow.spec.nodes.iter().map(|n| &n.id))
@@ -616,7 +649,10 @@ fn check_when(
             d,
             CfgCode::WhenVariable,
             &pointer,
-            format!("node {:?}: when uses {variable:?}, which it cannot see", node.id),
+            format!(
+                "node {:?}: when uses {variable:?}, which it cannot see",
+                node.id
+            ),
             help,
         );
         if dashed.is_some() {
@@ -631,7 +667,10 @@ fn check_plugin(checker: &mut Checker<'_>, plugin: &Object<PluginSpec>) {
     checker.one_of(
         d,
         "/spec",
-        &[("stdio", spec.stdio.is_some()), ("http", spec.http.is_some())],
+        &[
+            ("stdio", spec.stdio.is_some()),
+            ("http", spec.http.is_some()),
+        ],
     );
     if let Some(stdio) = &spec.stdio {
         if stdio.command.first().is_none_or(|c| c.trim().is_empty()) {

@@ -7,12 +7,13 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::checks::{Checker, check, check_name};
-use crate::diagnostic::{CfgCode, InvalidConfig};
+use crate::diagnostic::{CfgCode, InvalidConfig, Place};
+use crate::document::Document;
 use crate::engine::AgentFlowEngineSpec;
 use crate::kinds::{AgentSpec, FlowSpec, PluginSpec, SchemaSpec};
 use crate::runtime::RuntimeSpec;
 use crate::source::{PromptSource, Read, read_folder, read_objects};
-use crate::structure::{Object, Parsed};
+use crate::structure::{Kind, Object, Parsed};
 
 /// A valid config. Only [`load_folder`] and [`load_objects`] make one.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +28,15 @@ pub struct Config {
     pub engines: Vec<Object<AgentFlowEngineSpec>>,
     /// Each agent's prompt text, with references resolved.
     pub prompts: BTreeMap<String, String>,
+    /// The documents read, for the places of later reports.
+    documents: Vec<Document>,
+}
+
+impl Config {
+    /// The place of `pointer` in the document an object came from (`Object::document`).
+    pub fn place(&self, document: usize, pointer: &str) -> Place {
+        self.documents[document].place(pointer)
+    }
 }
 
 /// Loads a config folder: every `*.yaml` / `*.yml` file in it.
@@ -63,6 +73,7 @@ fn assemble(read: Read, prompts: &PromptSource) -> Result<Config, InvalidConfig>
         runtime: None,
         engines: Vec::new(),
         prompts: BTreeMap::new(),
+        documents: Vec::new(),
     };
     let mut checker = Checker::new(&documents);
     for (index, document) in documents.iter().enumerate() {
@@ -70,6 +81,12 @@ fn assemble(read: Read, prompts: &PromptSource) -> Result<Config, InvalidConfig>
             Ok(parsed) => parsed,
             Err(found) => {
                 problems.extend(found);
+                // Its problems are reported; references to it are not reported again.
+                if let (Some(kind), Some(name)) =
+                    (document.kind().and_then(Kind::parse), document.name())
+                {
+                    checker.refused.insert((kind, name.to_string()));
+                }
                 continue;
             }
         };
@@ -108,6 +125,7 @@ fn assemble(read: Read, prompts: &PromptSource) -> Result<Config, InvalidConfig>
     check(&mut config, &mut checker, prompts);
     problems.extend(checker.problems);
     if problems.is_empty() {
+        config.documents = documents;
         Ok(config)
     } else {
         problems.sort_by(|a, b| a.place.cmp(&b.place));

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::diagnostic::{CfgCode, Diagnostic, Origin, Place};
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Document {
     pub origin: Origin,
     pub value: Value,
@@ -96,9 +96,7 @@ impl Document {
 
     /// `metadata.name`, when it is a string.
     pub fn name(&self) -> Option<&str> {
-        self.value
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
+        self.value.pointer("/metadata/name").and_then(Value::as_str)
     }
 }
 

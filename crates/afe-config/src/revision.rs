@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
-use crate::diagnostic::{CfgCode, Diagnostic, Origin, Place};
+use crate::diagnostic::{CfgCode, Diagnostic};
 use crate::fields::object_schema;
 use crate::kinds::{API_VERSION, Sandbox};
 
@@ -51,7 +51,7 @@ impl Revision {
 
     /// The pin check seed 003 asks of the operator (`RevisionPinned=False`, reason
     /// `RevisionMismatch`), for every AgentFlowEngine of the source that pins one.
-    pub fn pin_problems(&self, config: &Config, origin_of: impl Fn(usize) -> Origin) -> Vec<Diagnostic> {
+    pub fn pin_problems(&self, config: &Config) -> Vec<Diagnostic> {
         config
             .engines
             .iter()
@@ -59,11 +59,7 @@ impl Revision {
                 let pin = engine.spec.config.revision.as_ref()?;
                 (!self.matches_pin(pin)).then(|| Diagnostic {
                     code: CfgCode::RevisionMismatch,
-                    place: Place {
-                        origin: origin_of(engine.document),
-                        line_column: None,
-                        path: "spec.config.revision".to_string(),
-                    },
+                    place: config.place(engine.document, "/spec/config/revision"),
                     message: format!(
                         "RevisionMismatch: AgentFlowEngine {} pins revision {pin}, but the config's revision is {}; nothing rolls out while they differ",
                         engine.name, self.hash
@@ -161,10 +157,7 @@ pub fn normalize(config: &Config) -> Value {
 
 /// A sandbox with every default written and its memory in bytes (`2Gi` and `2048Mi` are one size).
 fn normalize_sandbox(sandbox: &Sandbox) -> Value {
-    let memory = sandbox
-        .memory
-        .as_deref()
-        .unwrap_or(DEFAULT_SANDBOX_MEMORY);
+    let memory = sandbox.memory.as_deref().unwrap_or(DEFAULT_SANDBOX_MEMORY);
     let bytes = af_manifest::parse_quantity(memory)
         .map(|q| q.value_rounded_up())
         .unwrap_or_default();
@@ -223,7 +216,10 @@ mod tests {
     #[test]
     fn canonical_json_sorts_keys_at_every_level() {
         let a = json!({"b": 1, "a": {"d": [1, {"y": 2, "x": 1}], "c": "é"}});
-        assert_eq!(canonical_json(&a), r#"{"a":{"c":"é","d":[1,{"x":1,"y":2}]},"b":1}"#);
+        assert_eq!(
+            canonical_json(&a),
+            r#"{"a":{"c":"é","d":[1,{"x":1,"y":2}]},"b":1}"#
+        );
     }
 
     #[test]
@@ -234,7 +230,10 @@ mod tests {
         };
         assert!(revision.matches_pin("3f2a91c0d4e8"));
         assert!(revision.matches_pin("sha256:3F2A91C0D4E800"));
-        assert!(!revision.matches_pin("3f2a91c0d4e"), "too short to name one");
+        assert!(
+            !revision.matches_pin("3f2a91c0d4e"),
+            "too short to name one"
+        );
         assert!(!revision.matches_pin("3f2a91c0d4e9"));
     }
 }

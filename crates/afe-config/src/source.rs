@@ -147,8 +147,9 @@ pub fn read_folder(dir: &Path) -> Read {
         }
     }
     if read.documents.is_empty() && read.problems.is_empty() {
-        read.problems
-            .push(unreadable("the folder holds no *.yaml manifest".to_string()));
+        read.problems.push(unreadable(
+            "the folder holds no *.yaml manifest".to_string(),
+        ));
     }
     read
 }
@@ -176,10 +177,7 @@ pub fn read_objects(objects: &[Value], config_map: &str, data: &BTreeMap<String,
         if let Some(map) = object.as_object_mut() {
             map.remove("status");
             if let Some(Value::Object(metadata)) = map.get_mut("metadata") {
-                for key in SERVER_METADATA
-                    .iter()
-                    .chain(&["selfLink", "generateName"])
-                {
+                for key in SERVER_METADATA.iter().chain(&["selfLink", "generateName"]) {
                     metadata.remove(*key);
                 }
             }
@@ -193,7 +191,10 @@ pub fn read_objects(objects: &[Value], config_map: &str, data: &BTreeMap<String,
         read.documents.push(Document::from_object(origin, object));
     }
     for (key, text) in data.iter().filter(|(k, _)| is_manifest_name(k)) {
-        read.text(Origin::Object(format!("ConfigMap/{config_map}[{key}]")), text);
+        read.text(
+            Origin::Object(format!("ConfigMap/{config_map}[{key}]")),
+            text,
+        );
     }
     read
 }

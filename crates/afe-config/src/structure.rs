@@ -53,7 +53,7 @@ impl Kind {
         }
     }
 
-    fn parse(text: &str) -> Option<Kind> {
+    pub(crate) fn parse(text: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.as_str() == text)
     }
 }
@@ -329,19 +329,44 @@ fn explain(
                 format!("add {key}"),
             )]
         }
-        ValidationErrorKind::Type { kind } => vec![document.diagnostic(
-            CfgCode::InvalidValue,
-            &pointer,
-            format!("expected {}, found {}", type_name(kind), json_type(found)),
-            "write a value of the expected type".to_string(),
-        )],
+        ValidationErrorKind::Type { kind } => {
+            let expected = type_name(kind);
+            let help = if expected == "a string" && (found.is_number() || found.is_boolean()) {
+                format!("put it in quotes (\"{found}\"): unquoted, YAML reads it as {}", json_type(found))
+            } else {
+                "write a value of the expected type".to_string()
+            };
+            vec![document.diagnostic(
+                CfgCode::InvalidValue,
+                &pointer,
+                format!("expected {expected}, found {}", json_type(found)),
+                help,
+            )]
+        }
         ValidationErrorKind::Enum { options } => vec![document.diagnostic(
             CfgCode::InvalidValue,
             &pointer,
             format!("{found} is not one of {options}"),
             format!("write one of {options}"),
         )],
-        ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. } => {
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            // An optional value is "this or null": when it is not null, the errors that matter
+            // are those of the branch whose type it has — the ones below this place.
+            let deeper: Vec<&Vec<jsonschema::ValidationError<'static>>> = context
+                .iter()
+                .filter(|branch| {
+                    !branch.is_empty()
+                        && branch
+                            .iter()
+                            .all(|e| e.instance_path().as_str().len() > pointer.len())
+                })
+                .collect();
+            if let [branch] = deeper.as_slice() {
+                return branch
+                    .iter()
+                    .flat_map(|e| explain(document, e, schema))
+                    .collect();
+            }
             vec![document.diagnostic(
                 CfgCode::InvalidValue,
                 &pointer,

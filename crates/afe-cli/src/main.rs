@@ -1,0 +1,198 @@
+//! `afe`: the agent flow engine's command.
+//!
+//! - `afe validate [-c DIR] [--json]`: every problem of the config, each with its AFE-CFG code,
+//!   file, line:column and field path; exit 3 when there is one.
+//! - `afe revision [-c DIR] [--explain]`: the config's revision hash (and the normalized document
+//!   that is hashed); a pinned AgentFlowEngine in the folder that does not match is reported.
+//! - `afe crdgen [--out DIR]`: writes the CustomResourceDefinitions.
+//!
+//! Exit statuses: 0 done, 1 could not do it (a file could not be written), 2 usage, 3 the config
+//! is invalid or its pin does not match.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use afe_config::{Config, InvalidConfig, Revision};
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+const EXIT_FAILED: u8 = 1;
+const EXIT_INVALID: u8 = 3;
+
+#[derive(Debug, Parser)]
+#[command(name = "afe", version, about = "The agent flow engine")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a config folder: report every problem at once.
+    Validate {
+        /// The config folder (every *.yaml file in it).
+        #[arg(short = 'c', long = "config", default_value = ".")]
+        config: PathBuf,
+        /// Print the result as JSON on standard output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the config's revision: the sha256 of its normalized form.
+    Revision {
+        #[arg(short = 'c', long = "config", default_value = ".")]
+        config: PathBuf,
+        /// Also print the normalized document that is hashed.
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Write the CustomResourceDefinitions of every afe kind.
+    Crdgen {
+        #[arg(long, default_value = afe_config::crd::CRD_DIR)]
+        out: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Validate { config, json } => validate(&config, json),
+        Command::Revision { config, explain } => revision(&config, explain),
+        Command::Crdgen { out } => crdgen(&out),
+    }
+}
+
+#[derive(Serialize)]
+struct JsonDiagnostic {
+    code: &'static str,
+    origin: String,
+    line: Option<u32>,
+    column: Option<u32>,
+    path: String,
+    message: String,
+    help: String,
+}
+
+#[derive(Serialize)]
+struct JsonResult {
+    valid: bool,
+    config: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revision: Option<String>,
+    problems: Vec<JsonDiagnostic>,
+}
+
+fn json_diagnostics(invalid: &InvalidConfig) -> Vec<JsonDiagnostic> {
+    invalid
+        .diagnostics
+        .iter()
+        .map(|d| JsonDiagnostic {
+            code: d.code.as_str(),
+            origin: d.place.origin.to_string(),
+            line: d.place.line_column.map(|(l, _)| l),
+            column: d.place.line_column.map(|(_, c)| c),
+            path: d.place.path.clone(),
+            message: d.message.clone(),
+            help: d.help.clone(),
+        })
+        .collect()
+}
+
+/// Loads the folder and checks the pins of the AgentFlowEngines in it.
+fn load(dir: &Path) -> Result<(Config, Revision), InvalidConfig> {
+    let config = afe_config::load_folder(dir)?;
+    let revision = Revision::of(&config);
+    let pins = revision.pin_problems(&config);
+    if pins.is_empty() {
+        Ok((config, revision))
+    } else {
+        Err(InvalidConfig { diagnostics: pins })
+    }
+}
+
+fn validate(dir: &Path, json: bool) -> ExitCode {
+    let loaded = load(dir);
+    if json {
+        let result = match &loaded {
+            Ok((_, revision)) => JsonResult {
+                valid: true,
+                config: dir.display().to_string(),
+                revision: Some(revision.hash.clone()),
+                problems: Vec::new(),
+            },
+            Err(invalid) => JsonResult {
+                valid: false,
+                config: dir.display().to_string(),
+                revision: None,
+                problems: json_diagnostics(invalid),
+            },
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).expect("a result serializes")
+        );
+    }
+    match loaded {
+        Ok((config, revision)) => {
+            if !json {
+                println!(
+                    "{} is valid: {} schema(s), {} agent(s), {} flow(s), {} plugin(s){}\nrevision {}",
+                    dir.display(),
+                    config.schemas.len(),
+                    config.agents.len(),
+                    config.flows.len(),
+                    config.plugins.len(),
+                    if config.runtime.is_some() {
+                        ", a Runtime"
+                    } else {
+                        ""
+                    },
+                    revision.hash
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(invalid) => {
+            if !json {
+                eprintln!("{invalid}");
+            }
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+fn revision(dir: &Path, explain: bool) -> ExitCode {
+    match load(dir) {
+        Ok((_, revision)) => {
+            println!("{}", revision.hash);
+            if explain {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&revision.normalized)
+                        .expect("a document serializes")
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(invalid) => {
+            eprintln!("{invalid}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+fn crdgen(out: &Path) -> ExitCode {
+    match afe_config::crd::write(out) {
+        Ok(paths) => {
+            for path in paths {
+                println!("wrote {}", path.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!(
+                "afe crdgen: cannot write to {}: {err}\n  help: choose a folder you can write with --out",
+                out.display()
+            );
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
