@@ -15,6 +15,8 @@ fn errors_md_documents_exactly_the_existing_codes() {
         .lines()
         .filter_map(|l| l.strip_prefix("### "))
         .filter_map(|l| l.split_whitespace().next())
+        // afe's codes (AFE-*) are checked by afe's own tests.
+        .filter(|code| code.starts_with("AF-"))
         .map(str::to_string)
         .collect();
     let existing: BTreeSet<String> = ManifestCode::ALL

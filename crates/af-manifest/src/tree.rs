@@ -1,4 +1,5 @@
-//! The manifest as a YAML tree in which every node remembers where it was written.
+//! YAML as a tree in which every node remembers where it was written: the manifest's, and afe's
+//! config documents (afe-config), so both report problems at their line and column.
 //!
 //! Decoding goes through this tree rather than straight into typed structs, because serde stops
 //! at the first error and a person fixing a manifest wants every error at once.

@@ -97,7 +97,7 @@ fn assemble(read: Read, prompts: &PromptSource) -> Result<Config, InvalidConfig>
             Parsed::Plugin(o) => insert(&mut config.plugins, o, "Plugin", &mut checker),
             Parsed::AgentFlowEngine(o) => {
                 check_name(&mut checker, o.document, &o.name, "AgentFlowEngine");
-                config.engines.push(o);
+                config.engines.push(*o);
                 None
             }
             Parsed::Runtime(o) => match &config.runtime {

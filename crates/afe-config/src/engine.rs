@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::kinds::SecretRef;
 
+// kube's printcolumn(...) attributes repeat their keys by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "afe.dev",

@@ -49,7 +49,7 @@ pub struct SchemaSpec {
 }
 
 /// One field of a Schema.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum FieldType {
     /// `string`, `integer`, `number`, `boolean`, `object` or `array`.
@@ -58,7 +58,26 @@ pub enum FieldType {
     Fragment(serde_json::Map<String, serde_json::Value>),
 }
 
+/// A value that is a string or a mapping has no structural schema in Kubernetes (a node's type is
+/// one type, and `anyOf` branches may not set one), so the CRD keeps it as written, unchecked;
+/// `afe validate` checks it (see `structure::kind_schema`, which narrows the type to string or
+/// mapping, and `fields::field_schema`).
+impl JsonSchema for FieldType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "FieldType".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A type name (string, integer, number, boolean, object, array) or a JSON Schema fragment.",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    }
+}
+
 /// A model with a prompt, tools and a budget.
+// kube's printcolumn(...) attributes repeat their keys by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "afe.dev",

@@ -111,7 +111,7 @@ pub enum Parsed {
     Flow(Object<FlowSpec>),
     Plugin(Object<PluginSpec>),
     Runtime(Object<RuntimeSpec>),
-    AgentFlowEngine(Object<AgentFlowEngineSpec>),
+    AgentFlowEngine(Box<Object<AgentFlowEngineSpec>>),
 }
 
 struct KindSchema {
@@ -121,12 +121,30 @@ struct KindSchema {
 }
 
 fn kind_schema<T: JsonSchema>() -> KindSchema {
-    let schema = serde_json::to_value(schemars::schema_for!(T)).expect("a schema is JSON");
+    let mut schema = serde_json::to_value(schemars::schema_for!(T)).expect("a schema is JSON");
+    narrow_free_values(&mut schema);
     let mut keys = BTreeSet::new();
     collect_keys(&schema, &mut keys);
     KindSchema {
         validator: jsonschema::validator_for(&schema).expect("a generated schema compiles"),
         keys,
+    }
+}
+
+/// A value the CRD keeps as written (`x-kubernetes-preserve-unknown-fields` without a type) is,
+/// here, a string or a mapping: the only such value is a Schema field.
+fn narrow_free_values(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+                && !map.contains_key("type")
+            {
+                map.insert("type".to_string(), serde_json::json!(["string", "object"]));
+            }
+            map.values_mut().for_each(narrow_free_values);
+        }
+        Value::Array(items) => items.iter_mut().for_each(narrow_free_values),
+        _ => {}
     }
 }
 
@@ -189,7 +207,7 @@ pub fn check(document: &Document, index: usize) -> Result<Parsed, Vec<Diagnostic
     if !problems.is_empty() {
         return Err(problems);
     }
-    read(kind, value, document, index).map_err(|d| vec![d])
+    read(kind, value, document, index)
 }
 
 /// `apiVersion` and `kind`, checked before anything else: without them nothing else means much.
@@ -300,7 +318,7 @@ fn explain(
                         CfgCode::InlineSecret,
                         &at,
                         format!("{key:?} would put a secret value into the config, which is stored, hashed and shown"),
-                        "name the secret instead: a Secret reference (`...Ref: {name, key}`) or an environment variable name (`...Env: NAME`); see docs/afe/config.md".to_string(),
+                        "name the secret instead: a Secret reference (`...Ref: {name, key}`) or an environment variable name (`...Env: NAME`); see docs/afe-config.md".to_string(),
                     )
                 } else {
                     let closest = schema
@@ -314,7 +332,7 @@ fn explain(
                         format!("{key:?} is not a key here"),
                         match closest {
                             Some(k) => format!("did you mean {k:?}? Unknown keys are refused, never ignored"),
-                            None => "remove it; docs/afe/config.md lists every key".to_string(),
+                            None => "remove it; docs/afe-config.md lists every key".to_string(),
                         },
                     )
                 }
@@ -383,14 +401,19 @@ fn explain(
     }
 }
 
-fn read(kind: Kind, value: Value, document: &Document, index: usize) -> Result<Parsed, Diagnostic> {
+fn read(
+    kind: Kind,
+    value: Value,
+    document: &Document,
+    index: usize,
+) -> Result<Parsed, Vec<Diagnostic>> {
     let failed = |err: serde_json::Error| {
-        document.diagnostic(
+        vec![document.diagnostic(
             CfgCode::InvalidValue,
             "",
             format!("cannot be read: {err}"),
             "fix the value this names".to_string(),
-        )
+        )]
     };
     fn object<S: DeserializeOwned>(
         value: Value,
@@ -413,7 +436,9 @@ fn read(kind: Kind, value: Value, document: &Document, index: usize) -> Result<P
         Kind::Agent => Parsed::Agent(object(value, index).map_err(failed)?),
         Kind::Flow => Parsed::Flow(object(value, index).map_err(failed)?),
         Kind::Plugin => Parsed::Plugin(object(value, index).map_err(failed)?),
-        Kind::AgentFlowEngine => Parsed::AgentFlowEngine(object(value, index).map_err(failed)?),
+        Kind::AgentFlowEngine => {
+            Parsed::AgentFlowEngine(Box::new(object(value, index).map_err(failed)?))
+        }
         Kind::Runtime => {
             let manifest: RuntimeManifest = serde_json::from_value(value).map_err(failed)?;
             Parsed::Runtime(Object {

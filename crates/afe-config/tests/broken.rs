@@ -121,3 +121,16 @@ fn the_example_config_is_valid_and_uses_every_node_kind() {
     assert!(config.runtime.is_some());
     assert!(config.prompts["coder"].contains("failing test first"));
 }
+
+#[test]
+fn errors_md_documents_exactly_the_afe_cfg_codes() {
+    let doc = std::fs::read_to_string(support::repo().join("docs/errors.md")).unwrap();
+    let documented: Vec<&str> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|code| code.starts_with("AFE-CFG-"))
+        .collect();
+    let existing: Vec<&str> = CfgCode::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(documented, existing, "docs/errors.md vs CfgCode::ALL");
+}

@@ -28,9 +28,7 @@ fn a_folder_and_the_equivalent_custom_resources_have_one_revision() {
     let (mut objects, mut data) = support::cluster_source();
     let plugin = objects.iter().position(|o| o["kind"] == "Plugin").unwrap();
     let mut moved = objects.remove(plugin);
-    for key in ["status"] {
-        moved.as_object_mut().unwrap().remove(key);
-    }
+    moved.as_object_mut().unwrap().remove("status");
     for key in [
         "uid",
         "resourceVersion",

@@ -62,9 +62,11 @@ pub fn cluster_source() -> (Vec<Value>, BTreeMap<String, String>) {
     (objects, data)
 }
 
-/// A fresh empty folder under the target directory.
+/// A fresh empty folder of its own (tests of one binary run in parallel).
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("afe-config-{name}-{}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("afe-config-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

@@ -1,0 +1,134 @@
+//! The afe command as a person runs it: exit statuses, what it prints, what crdgen writes.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn afe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_afe"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn validate_accepts_the_example_and_prints_its_revision() {
+    let out = afe(&["validate", "-c", "examples/afe/config"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("is valid: 2 schema(s), 2 agent(s), 1 flow(s), 1 plugin(s), a Runtime"),
+        "{stdout}"
+    );
+    let revision = afe(&["revision", "-c", "examples/afe/config"]);
+    let hash = text(&revision.stdout).trim().to_string();
+    assert_eq!(hash.len(), 64);
+    assert!(stdout.contains(&format!("revision {hash}")));
+}
+
+#[test]
+fn validate_reports_every_problem_with_code_place_and_help_and_exits_3() {
+    let out = afe(&["validate", "-c", "examples/afe/broken/several-mistakes"]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = text(&out.stderr);
+    for expected in [
+        "agents.yaml:7:3: AFE-CFG-004 spec.promt: \"promt\" is not a key here",
+        "help: did you mean \"prompt\"?",
+        "flows.yaml:7:35: AFE-CFG-016 spec.sandbox.runtimeClassName",
+        "schemas.yaml:7:5: AFE-CFG-015",
+        "5 problems in the config",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn validate_json_lists_the_problems() {
+    let out = afe(&[
+        "validate",
+        "--json",
+        "-c",
+        "examples/afe/broken/022-invalid-quantity",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["valid"], false);
+    let problem = &result["problems"][0];
+    assert_eq!(problem["code"], "AFE-CFG-022");
+    assert_eq!(problem["path"], "spec.sandbox.memory");
+    assert_eq!(
+        (problem["line"].as_u64(), problem["column"].as_u64()),
+        (Some(24), Some(22))
+    );
+}
+
+#[test]
+fn revision_explain_prints_the_normalized_document_with_prompts_inlined() {
+    let out = afe(&["revision", "--explain", "-c", "examples/afe/config"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    let (hash, document) = stdout.split_once('\n').unwrap();
+    assert_eq!(hash.len(), 64);
+    let document: serde_json::Value = serde_json::from_str(document).unwrap();
+    assert!(
+        document["agents"]["coder"]["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("Write a failing test first")
+    );
+    assert!(document["agents"]["coder"].get("promptRef").is_none());
+    assert_eq!(
+        document["flows"]["fix-bug"]["sandbox"]["memoryBytes"],
+        4u64 << 30
+    );
+    assert!(document.get("runtime").is_none());
+}
+
+#[test]
+fn a_pin_that_does_not_match_fails_revision_naming_both_hashes() {
+    let out = afe(&[
+        "revision",
+        "-c",
+        "examples/afe/broken/020-revision-mismatch",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("RevisionMismatch"), "{stderr}");
+    assert!(stderr.contains("pins revision 000000000000"), "{stderr}");
+}
+
+#[test]
+fn crdgen_writes_the_committed_crds() {
+    let out_dir = std::env::temp_dir().join(format!("afe-crdgen-{}", std::process::id()));
+    let out = afe(&["crdgen", "--out", out_dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let committed = repo().join("deploy/operator/crds");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&out_dir).unwrap() {
+        let entry = entry.unwrap();
+        let written = std::fs::read_to_string(entry.path()).unwrap();
+        let kept = std::fs::read_to_string(committed.join(entry.file_name())).unwrap();
+        assert_eq!(written, kept, "{:?}", entry.file_name());
+        count += 1;
+    }
+    assert_eq!(count, 5);
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}
+
+#[test]
+fn crdgen_into_a_place_it_cannot_write_says_so() {
+    let out = afe(&["crdgen", "--out", "/proc/afe-cannot-write-here"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot write to /proc/afe-cannot-write-here"));
+}
