@@ -143,7 +143,7 @@ fn syntax_message(rendered: &str) -> String {
 }
 
 /// The byte offset of a 1-based line and character column, for errors that carry no byte span.
-fn byte_offset_of(source: &str, line: u64, column: u64) -> usize {
+pub fn byte_offset_of(source: &str, line: u64, column: u64) -> usize {
     let line_start: usize = source
         .split_inclusive('\n')
         .take(usize::try_from(line.saturating_sub(1)).unwrap_or(usize::MAX))

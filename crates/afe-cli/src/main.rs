@@ -9,6 +9,8 @@
 //! Exit statuses: 0 done, 1 could not do it (a file could not be written), 2 usage, 3 the config
 //! is invalid or its pin does not match.
 
+mod report;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -152,7 +154,7 @@ fn validate(dir: &Path, json: bool) -> ExitCode {
         }
         Err(invalid) => {
             if !json {
-                eprintln!("{invalid}");
+                eprint!("{}", report::render(&invalid));
             }
             ExitCode::from(EXIT_INVALID)
         }
@@ -173,7 +175,7 @@ fn revision(dir: &Path, explain: bool) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(invalid) => {
-            eprintln!("{invalid}");
+            eprint!("{}", report::render(&invalid));
             ExitCode::from(EXIT_INVALID)
         }
     }

@@ -39,12 +39,19 @@ fn validate_reports_every_problem_with_code_place_and_help_and_exits_3() {
     let out = afe(&["validate", "-c", "examples/afe/broken/several-mistakes"]);
     assert_eq!(out.status.code(), Some(3));
     let stderr = text(&out.stderr);
+    // Each problem quotes its file at the place, as `af validate` does.
     for expected in [
-        "agents.yaml:7:3: AFE-CFG-004 spec.promt: \"promt\" is not a key here",
+        "AFE-CFG-004",
+        "several-mistakes/agents.yaml:7:3]",
+        "spec.promt: \"promt\" is not a key here",
+        " 7 │   promt: ",
         "help: did you mean \"prompt\"?",
-        "flows.yaml:7:35: AFE-CFG-016 spec.sandbox.runtimeClassName",
-        "schemas.yaml:7:5: AFE-CFG-015",
-        "5 problems in the config",
+        "AFE-CFG-016",
+        "several-mistakes/flows.yaml:7:35]",
+        "spec.sandbox.runtimeClassName: runtime class \"gvisor\"",
+        "AFE-CFG-015",
+        "several-mistakes/schemas.yaml:7:5]",
+        "5 problems in the config; nothing was published.",
     ] {
         assert!(
             stderr.contains(expected),

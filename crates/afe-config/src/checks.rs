@@ -649,10 +649,13 @@ fn check_when(
             d,
             CfgCode::WhenVariable,
             &pointer,
-            format!(
-                "node {:?}: when uses {variable:?}, which it cannot see",
-                node.id
-            ),
+            match dashed {
+                Some(name) => format!(
+                    "node {:?}: when writes {name:?}, which CEL reads as a subtraction of unknown variables",
+                    node.id
+                ),
+                None => format!("node {:?}: when uses {variable:?}, which it cannot see", node.id),
+            },
             help,
         );
         if dashed.is_some() {
