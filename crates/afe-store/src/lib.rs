@@ -1,0 +1,17 @@
+//! afe's durable store: revisions, tickets, node runs, the ledger, checkpoints and the event
+//! outbox, with leases and fencing, on PostgreSQL (many machines) or SQLite (one machine). See
+//! docs/afe-store.md.
+
+mod dialect;
+mod error;
+mod migrations;
+mod model;
+mod sql;
+mod store;
+
+pub use dialect::Dialect;
+pub use error::StoreError;
+pub use migrations::{MIGRATIONS, Migrated};
+pub use model::*;
+pub use sql::{DEFAULT_CHUNK_SIZE, SqlStore};
+pub use store::Store;

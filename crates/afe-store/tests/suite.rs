@@ -1,0 +1,545 @@
+//! One suite, both stores: every test runs against PostgreSQL (a fresh database of its own) and
+//! SQLite (a fresh file). The servers are real; `.ci/install` starts PostgreSQL.
+
+use std::time::Duration;
+
+use afe_store::{
+    Completion, Finish, Lease, LedgerState, NewCheckpoint, NewTicket, NodeState, Settlement,
+    SqlStore, Store, StoreError, TicketState,
+};
+use afe_testkit::{TestDatabase, chain_revision, scratch, sqlite_url};
+use serde_json::json;
+
+macro_rules! on_both_stores {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let db = afe_testkit::TestDatabase::create().await;
+                let store = afe_store::SqlStore::connect(&db.url).await.unwrap();
+                super::$name(&store).await;
+                store.close().await;
+                db.drop().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let dir = afe_testkit::scratch("afe-store");
+                let store = afe_store::SqlStore::connect(&afe_testkit::sqlite_url(&dir))
+                    .await
+                    .unwrap();
+                super::$name(&store).await;
+                store.close().await;
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    )+};
+}
+
+on_both_stores!(
+    claims_are_exclusive_and_a_taken_over_lease_writes_nothing,
+    a_node_completes_in_one_transaction_and_never_runs_again,
+    bundles_are_stored_in_chunks_and_checked,
+    a_reservation_over_budget_stops_the_ticket_and_the_ledger_adds_up,
+    a_dead_workers_reservations_are_released_when_its_lease_is_taken_over,
+    events_are_ordered_and_readable_from_any_position,
+    tickets_needing_a_worker_are_found_and_dead_letters_fail_only_unheld_tickets,
+    release_lets_another_worker_claim_at_once,
+);
+
+const SHORT: Duration = Duration::from_millis(300);
+const LONG: Duration = Duration::from_secs(60);
+
+async fn ticket(store: &SqlStore, budget_micros: Option<i64>) -> String {
+    let revision = chain_revision(3, None);
+    store
+        .put_revision(&revision.hash, &revision.normalized)
+        .await
+        .unwrap();
+    // Storing a revision twice changes nothing.
+    store
+        .put_revision(&revision.hash, &revision.normalized)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.revision(&revision.hash).await.unwrap(),
+        revision.normalized
+    );
+    store
+        .create_ticket(&NewTicket {
+            flow: "work".into(),
+            input: json!({"n": 1}),
+            revision: revision.hash,
+            budget_micros,
+        })
+        .await
+        .unwrap()
+        .id
+}
+
+async fn claim(store: &SqlStore, id: &str, owner: &str, ttl: Duration) -> Lease {
+    store.claim(id, owner, ttl).await.unwrap().unwrap().0
+}
+
+fn lost<T: std::fmt::Debug>(result: Result<T, StoreError>) -> bool {
+    matches!(result, Err(StoreError::LeaseLost { .. }))
+}
+
+async fn claims_are_exclusive_and_a_taken_over_lease_writes_nothing(store: &SqlStore) {
+    let id = ticket(store, None).await;
+    // Eight workers race for one ticket: exactly one gets it.
+    let claims = futures_join(
+        (0..8)
+            .map(|i| {
+                let store = store.clone();
+                let id = id.clone();
+                tokio::spawn(async move { store.claim(&id, &format!("w{i}"), SHORT).await })
+            })
+            .collect(),
+    )
+    .await;
+    let winners: Vec<Lease> = claims
+        .into_iter()
+        .filter_map(|c| c.unwrap().map(|(lease, _)| lease))
+        .collect();
+    assert_eq!(winners.len(), 1, "one claim wins");
+    let first = winners[0].clone();
+    assert_eq!(first.epoch, 1);
+    assert_eq!(store.ticket(&id).await.unwrap().state, TicketState::Running);
+    store.start_node(&first, "n1").await.unwrap();
+    // The lease expires; another worker takes over with a new epoch.
+    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
+    let second = claim(store, &id, "w-next", LONG).await;
+    assert_eq!(second.epoch, 2);
+    // The first worker, resumed, can write nothing at all.
+    assert!(lost(store.heartbeat(&first, LONG).await));
+    assert!(lost(store.start_node(&first, "n2").await));
+    assert!(lost(store.reserve(&first, "n1", "p", 1).await));
+    let completion = Completion {
+        node: "n1".into(),
+        state: NodeState::Completed,
+        output: json!("stale"),
+        settlements: vec![],
+        checkpoint: None,
+        resume_token: "x".into(),
+    };
+    assert!(lost(store.complete_node(&first, completion.clone()).await));
+    assert!(lost(store.fail_node(&first, "n1", "x").await));
+    assert!(lost(store.finish(&first, Finish::Done).await));
+    assert!(lost(store.release(&first).await));
+    // The new holder can; the heartbeat extends its lease.
+    let extended = store.heartbeat(&second, LONG).await.unwrap();
+    assert!(extended.expires_at >= second.expires_at);
+    store.start_node(&second, "n1").await.unwrap();
+    store.complete_node(&second, completion).await.unwrap();
+    let runs = store.node_runs(&id).await.unwrap();
+    assert_eq!(runs[0].attempts, 2, "started once by each holder");
+    assert_eq!(runs[0].output, Some(json!("stale")));
+    // A live lease cannot be claimed.
+    assert!(store.claim(&id, "w-other", LONG).await.unwrap().is_none());
+}
+
+/// Joins spawned tasks (no futures crate needed).
+async fn futures_join<T>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for handle in handles {
+        out.push(handle.await.unwrap());
+    }
+    out
+}
+
+async fn a_node_completes_in_one_transaction_and_never_runs_again(store: &SqlStore) {
+    let id = ticket(store, Some(10_000_000)).await;
+    let lease = claim(store, &id, "w", LONG).await;
+    store.start_node(&lease, "n1").await.unwrap();
+    let reservation = store
+        .reserve(&lease, "n1", "openrouter", 500_000)
+        .await
+        .unwrap();
+    let events = store
+        .complete_node(
+            &lease,
+            Completion {
+                node: "n1".into(),
+                state: NodeState::Completed,
+                output: json!({"plan": ["a", "b"]}),
+                settlements: vec![Settlement {
+                    reservation: reservation.id,
+                    usd_micros: 420_000,
+                    tokens_in: 1200,
+                    tokens_out: 300,
+                }],
+                checkpoint: Some(NewCheckpoint {
+                    git_ref: "refs/afe/x/n1".into(),
+                    parent: None,
+                    bundle: b"bundle bytes".to_vec(),
+                }),
+                resume_token: "after:n1:1".into(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(events[0].kind, "node.completed");
+    // Everything the transaction wrote is there together.
+    let runs = store.node_runs(&id).await.unwrap();
+    assert_eq!(runs[0].state, NodeState::Completed);
+    assert_eq!(runs[0].output, Some(json!({"plan": ["a", "b"]})));
+    let ledger = store.ledger(&id).await.unwrap();
+    assert_eq!(ledger[0].state, LedgerState::Settled);
+    assert_eq!(ledger[0].settled_micros, Some(420_000));
+    assert_eq!((ledger[0].tokens_in, ledger[0].tokens_out), (1200, 300));
+    let checkpoints = store.checkpoints(&id).await.unwrap();
+    assert_eq!(checkpoints.len(), 1);
+    assert_eq!(events[0].payload["checkpoint"], json!(checkpoints[0].id));
+    assert_eq!(
+        store.bundle(checkpoints[0].id).await.unwrap(),
+        b"bundle bytes"
+    );
+    let ticket = store.ticket(&id).await.unwrap();
+    assert_eq!(ticket.resume_token.as_deref(), Some("after:n1:1"));
+    // A completed node is never started again.
+    assert!(matches!(
+        store.start_node(&lease, "n1").await,
+        Err(StoreError::InvalidState { .. })
+    ));
+    // A node cannot complete without having started; a settlement needs an open reservation.
+    let unstarted = Completion {
+        node: "n2".into(),
+        state: NodeState::Completed,
+        output: json!(1),
+        settlements: vec![],
+        checkpoint: None,
+        resume_token: "y".into(),
+    };
+    assert!(matches!(
+        store.complete_node(&lease, unstarted).await,
+        Err(StoreError::InvalidState { .. })
+    ));
+    // A failed completion wrote nothing (the whole transaction rolled back).
+    store.start_node(&lease, "n2").await.unwrap();
+    let bad = Completion {
+        node: "n2".into(),
+        state: NodeState::Completed,
+        output: json!("half"),
+        settlements: vec![Settlement {
+            reservation: reservation.id, // already settled
+            usd_micros: 1,
+            tokens_in: 0,
+            tokens_out: 0,
+        }],
+        checkpoint: None,
+        resume_token: "z".into(),
+    };
+    assert!(store.complete_node(&lease, bad).await.is_err());
+    let n2 = store
+        .node_runs(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.node == "n2")
+        .unwrap();
+    assert_eq!(n2.state, NodeState::Started);
+    assert_eq!(n2.output, None);
+    store.finish(&lease, Finish::Done).await.unwrap();
+    assert_eq!(store.ticket(&id).await.unwrap().state, TicketState::Done);
+    assert!(
+        store.claim(&id, "w2", LONG).await.unwrap().is_none(),
+        "a done ticket is not claimed"
+    );
+}
+
+async fn bundles_are_stored_in_chunks_and_checked(store: &SqlStore) {
+    let store = store.clone().with_chunk_size(1000);
+    let id = ticket(&store, None).await;
+    let lease = claim(&store, &id, "w", LONG).await;
+    store.start_node(&lease, "n1").await.unwrap();
+    let bundle: Vec<u8> = (0..2500u32).map(|i| (i % 253) as u8).collect();
+    store
+        .complete_node(
+            &lease,
+            Completion {
+                node: "n1".into(),
+                state: NodeState::Completed,
+                output: json!(null),
+                settlements: vec![],
+                checkpoint: Some(NewCheckpoint {
+                    git_ref: "refs/afe/t/n1".into(),
+                    parent: None,
+                    bundle: bundle.clone(),
+                }),
+                resume_token: "r".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let checkpoint = store.checkpoints(&id).await.unwrap().remove(0);
+    assert_eq!(checkpoint.size, 2500);
+    assert_eq!(store.bundle(checkpoint.id).await.unwrap(), bundle);
+    let chunks: i64 = sqlx_count(&store, checkpoint.id).await;
+    assert_eq!(chunks, 3, "2500 bytes in chunks of 1000");
+    // A chunk changed behind the store's back is caught, not handed on.
+    corrupt_a_chunk(&store, checkpoint.id).await;
+    assert!(matches!(
+        store.bundle(checkpoint.id).await,
+        Err(StoreError::Corrupt { .. })
+    ));
+}
+
+async fn sqlx_count(store: &SqlStore, checkpoint: i64) -> i64 {
+    use sqlx::Row;
+    let statement = store
+        .dialect()
+        .sql("SELECT CAST(COUNT(*) AS BIGINT) FROM afe_checkpoint_chunks WHERE checkpoint = $1");
+    sqlx::query(&statement)
+        .bind(checkpoint)
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap()
+}
+
+async fn corrupt_a_chunk(store: &SqlStore, checkpoint: i64) {
+    let statement = store
+        .dialect()
+        .sql("UPDATE afe_checkpoint_chunks SET data = $2 WHERE checkpoint = $1 AND seq = 1");
+    sqlx::query(&statement)
+        .bind(checkpoint)
+        .bind(vec![0u8; 1000])
+        .execute(store.pool())
+        .await
+        .unwrap();
+}
+
+async fn a_reservation_over_budget_stops_the_ticket_and_the_ledger_adds_up(store: &SqlStore) {
+    let id = ticket(store, Some(1_000_000)).await;
+    let lease = claim(store, &id, "w", LONG).await;
+    let mut spent = 0;
+    for node in ["n1", "n2"] {
+        store.start_node(&lease, node).await.unwrap();
+        let r = store.reserve(&lease, node, "p", 400_000).await.unwrap();
+        store
+            .complete_node(
+                &lease,
+                Completion {
+                    node: node.into(),
+                    state: NodeState::Completed,
+                    output: json!(null),
+                    settlements: vec![Settlement {
+                        reservation: r.id,
+                        usd_micros: 450_000,
+                        tokens_in: 1,
+                        tokens_out: 1,
+                    }],
+                    checkpoint: None,
+                    resume_token: node.into(),
+                },
+            )
+            .await
+            .unwrap();
+        spent += 450_000;
+    }
+    store.start_node(&lease, "n3").await.unwrap();
+    // 900 000 spent; 400 000 more would pass the 1 000 000 budget.
+    let refused = store.reserve(&lease, "n3", "p", 400_000).await;
+    match refused {
+        Err(StoreError::BudgetExceeded {
+            budget,
+            committed,
+            asked,
+            ..
+        }) => assert_eq!((budget, committed, asked), (1_000_000, 900_000, 400_000)),
+        other => panic!("expected BudgetExceeded, got {other:?}"),
+    }
+    let ticket = store.ticket(&id).await.unwrap();
+    assert_eq!(ticket.state, TicketState::Failed);
+    assert_eq!(ticket.reason.as_deref(), Some("BudgetExceeded"));
+    // It does not keep spending: nothing more can be written under the lease.
+    assert!(lost(store.reserve(&lease, "n3", "p", 1).await));
+    let ledger = store.ledger(&id).await.unwrap();
+    let settled: i64 = ledger.iter().filter_map(|e| e.settled_micros).sum();
+    assert_eq!(settled, spent);
+    assert!(ledger.iter().all(|e| e.state == LedgerState::Settled));
+    assert_eq!(
+        ledger.len(),
+        2,
+        "the refused reservation was never recorded"
+    );
+    let kinds: Vec<String> = store
+        .events(&id, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(kinds.ends_with(&["budget.exceeded".to_string(), "ticket.failed".to_string()]));
+}
+
+async fn a_dead_workers_reservations_are_released_when_its_lease_is_taken_over(store: &SqlStore) {
+    let id = ticket(store, Some(1_000_000)).await;
+    let dead = claim(store, &id, "dead", SHORT).await;
+    store.start_node(&dead, "n1").await.unwrap();
+    store.reserve(&dead, "n1", "p", 900_000).await.unwrap();
+    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
+    let next = claim(store, &id, "next", LONG).await;
+    let ledger = store.ledger(&id).await.unwrap();
+    assert_eq!(ledger[0].state, LedgerState::Released);
+    // The budget it held is free again.
+    store.start_node(&next, "n1").await.unwrap();
+    store.reserve(&next, "n1", "p", 900_000).await.unwrap();
+}
+
+async fn events_are_ordered_and_readable_from_any_position(store: &SqlStore) {
+    let id = ticket(store, None).await;
+    let lease = claim(store, &id, "w", LONG).await;
+    for node in ["n1", "n2", "n3"] {
+        store.start_node(&lease, node).await.unwrap();
+        store
+            .complete_node(
+                &lease,
+                Completion {
+                    node: node.into(),
+                    state: NodeState::Completed,
+                    output: json!(node),
+                    settlements: vec![],
+                    checkpoint: None,
+                    resume_token: node.into(),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    store.finish(&lease, Finish::Done).await.unwrap();
+    let all = store.events(&id, 0, 1000).await.unwrap();
+    let seqs: Vec<i64> = all.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=all.len() as i64).collect::<Vec<_>>(),
+        "dense and ordered"
+    );
+    let kinds: Vec<&str> = all.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ticket.created",
+            "ticket.claimed",
+            "node.started",
+            "node.completed",
+            "node.started",
+            "node.completed",
+            "node.started",
+            "node.completed",
+            "ticket.done"
+        ]
+    );
+    // A client that saw up to 4 reconnects and gets the rest, in pages.
+    let rest = store.events(&id, 4, 3).await.unwrap();
+    assert_eq!(rest.iter().map(|e| e.seq).collect::<Vec<_>>(), [5, 6, 7]);
+    assert!(store.events(&id, 9, 10).await.unwrap().is_empty());
+}
+
+async fn tickets_needing_a_worker_are_found_and_dead_letters_fail_only_unheld_tickets(
+    store: &SqlStore,
+) {
+    let queued = ticket(store, None).await;
+    let held = ticket(store, None).await;
+    let abandoned = ticket(store, None).await;
+    let _live = claim(store, &held, "alive", LONG).await;
+    let _gone = claim(store, &abandoned, "gone", SHORT).await;
+    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
+    let mut needing = store.needing_work(Duration::ZERO).await.unwrap();
+    needing.sort();
+    let mut expected = vec![queued.clone(), abandoned.clone()];
+    expected.sort();
+    assert_eq!(needing, expected, "queued and abandoned, not the one held");
+    assert!(
+        !store
+            .needing_work(Duration::from_secs(3600))
+            .await
+            .unwrap()
+            .contains(&queued),
+        "a fresh queued ticket is left to its queue entry"
+    );
+    // A dead-lettered entry fails its ticket only when nobody holds it.
+    assert!(
+        store
+            .fail_unheld(&held, "DeadLettered")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.ticket(&held).await.unwrap().state,
+        TicketState::Running
+    );
+    let events = store
+        .fail_unheld(&abandoned, "DeadLettered: test")
+        .await
+        .unwrap();
+    assert_eq!(events[0].kind, "ticket.failed");
+    let ticket = store.ticket(&abandoned).await.unwrap();
+    assert_eq!(ticket.state, TicketState::Failed);
+    assert_eq!(ticket.reason.as_deref(), Some("DeadLettered: test"));
+}
+
+async fn release_lets_another_worker_claim_at_once(store: &SqlStore) {
+    let id = ticket(store, Some(5_000_000)).await;
+    let first = claim(store, &id, "leaving", LONG).await;
+    store.start_node(&first, "n1").await.unwrap();
+    store.reserve(&first, "n1", "p", 1_000_000).await.unwrap();
+    store.release(&first).await.unwrap();
+    let ledger = store.ledger(&id).await.unwrap();
+    assert_eq!(ledger[0].state, LedgerState::Released);
+    let second = claim(store, &id, "next", LONG).await;
+    assert_eq!(second.epoch, first.epoch + 1);
+    assert!(lost(store.start_node(&first, "n1").await));
+}
+
+#[tokio::test]
+async fn migrations_are_idempotent_concurrent_and_refuse_a_newer_schema() {
+    let db = TestDatabase::create().await;
+    // Four processes' worth of pools migrate at once: one applies, none fails.
+    let connects: Vec<_> = (0..4)
+        .map(|_| {
+            let url = db.url.clone();
+            tokio::spawn(async move { SqlStore::connect(&url).await })
+        })
+        .collect();
+    let mut applied = 0;
+    for store in futures_join(connects).await {
+        let store = store.unwrap();
+        applied += store.migrated().applied.len();
+        store.close().await;
+    }
+    assert_eq!(applied, afe_store::MIGRATIONS.len());
+    let store = SqlStore::connect(&db.url).await.unwrap();
+    assert!(store.migrate().await.unwrap().applied.is_empty());
+    sqlx::query(
+        "INSERT INTO afe_schema_migrations (version, name, applied_at) VALUES (999, 'future', 0)",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    store.close().await;
+    match SqlStore::connect(&db.url).await {
+        Err(StoreError::Schema { detail }) => assert!(detail.contains("999"), "{detail}"),
+        other => panic!("a newer schema must be refused, got {other:?}"),
+    }
+    db.drop().await;
+
+    let dir = scratch("afe-store");
+    let url = sqlite_url(&dir);
+    let first = SqlStore::connect(&url).await.unwrap();
+    assert_eq!(first.migrated().applied.len(), afe_store::MIGRATIONS.len());
+    let second = SqlStore::connect(&url).await.unwrap();
+    assert!(second.migrated().applied.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_url_that_is_neither_store_is_refused_with_what_to_write() {
+    match SqlStore::connect("mysql://x").await {
+        Err(err) => assert!(err.to_string().contains("postgres://"), "{err}"),
+        Ok(_) => panic!("mysql is not a store"),
+    }
+}
