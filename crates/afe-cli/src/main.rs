@@ -5,11 +5,13 @@
 //! - `afe revision [-c DIR] [--explain]`: the config's revision hash (and the normalized document
 //!   that is hashed); a pinned AgentFlowEngine in the folder that does not match is reported.
 //! - `afe crdgen [--out DIR]`: writes the CustomResourceDefinitions.
+//! - `afe worker --store URL --broker URL|embedded ...`: a worker process.
 //!
 //! Exit statuses: 0 done, 1 could not do it (a file could not be written), 2 usage, 3 the config
-//! is invalid or its pin does not match.
+//! is invalid or its pin does not match, 4 a worker cannot start (store, broker or executor).
 
 mod report;
+mod worker;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,6 +49,8 @@ enum Command {
         #[arg(long)]
         explain: bool,
     },
+    /// Run a worker: claim tickets from the queue and run their flows.
+    Worker(worker::WorkerArgs),
     /// Write the CustomResourceDefinitions of every afe kind.
     Crdgen {
         #[arg(long, default_value = afe_config::crd::CRD_DIR)]
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         Command::Validate { config, json } => validate(&config, json),
         Command::Revision { config, explain } => revision(&config, explain),
         Command::Crdgen { out } => crdgen(&out),
+        Command::Worker(args) => worker::run(args),
     }
 }
 

@@ -128,7 +128,7 @@ impl RedisQueue {
 
     /// One entry idle past the threshold, now this consumer's.
     async fn reclaim(&self, consumer: &str) -> Result<Option<Delivery>, QueueError> {
-        let reply: Value = redis::cmd("XAUTOCLAIM")
+        let reply: Result<Value, redis::RedisError> = redis::cmd("XAUTOCLAIM")
             .arg(&self.stream)
             .arg(GROUP)
             .arg(consumer)
@@ -137,7 +137,15 @@ impl RedisQueue {
             .arg("COUNT")
             .arg(1)
             .query_async(&mut self.commands.clone())
-            .await?;
+            .await;
+        let reply = match reply {
+            // Redis lost the group (a restart without its data): make it again.
+            Err(err) if err.code() == Some("NOGROUP") => {
+                self.ensure_group().await?;
+                return Ok(None);
+            }
+            other => other?,
+        };
         let Value::Array(parts) = reply else {
             return Err(protocol("XAUTOCLAIM did not answer a list"));
         };

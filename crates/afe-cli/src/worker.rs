@@ -1,0 +1,181 @@
+//! `afe worker`: one worker process over a store and a broker. SIGTERM or Ctrl-C stops it
+//! gracefully: no new tickets, the current node gets the grace period to finish, then the ticket
+//! is released for another worker.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use afe_queue::{
+    EmbeddedNotifier, EmbeddedQueue, Notifier, Queue, QueueSettings, RedisNotifier, RedisQueue,
+};
+use afe_store::{SqlStore, Store};
+use afe_worker::{NodeExecutor, Script, ScriptedExecutor, Worker, WorkerSettings};
+use clap::Args;
+
+/// Exit status when the worker cannot start (its store, broker or executor is unusable).
+const EXIT_CANNOT_START: u8 = 4;
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The store: postgres://USER:PASSWORD@HOST/DB, or sqlite://PATH for one machine.
+    #[arg(long, env = "AFE_STORE_URL", default_value = "sqlite://.afe/afe.db")]
+    store: String,
+    /// The broker: redis://HOST:PORT/, or `embedded` (an in-process queue fed from the store).
+    #[arg(long, env = "AFE_BROKER_URL", default_value = "embedded")]
+    broker: String,
+    /// The prefix of the broker's keys (one engine's streams and channel).
+    #[arg(long, default_value = "afe")]
+    prefix: String,
+    /// This worker's name (default: worker-PID).
+    #[arg(long)]
+    id: Option<String>,
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    lease_ttl: Duration,
+    /// A queue entry idle this long goes to another worker; keep it above --lease-ttl.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    reclaim_after: Duration,
+    /// An entry delivered more often than this is dead-lettered and its ticket fails.
+    #[arg(long, default_value_t = 5)]
+    max_deliveries: u64,
+    /// After SIGTERM, how long the current node may take before it is left for the next worker.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    grace: Duration,
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    sweep_every: Duration,
+    /// A queued ticket this old is requeued by the sweep, in case its entry was lost.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    requeue_queued_after: Duration,
+    /// What runs nodes. The node kinds themselves (git, agent, deep, acp, exec) come with the
+    /// sandbox; until then only `scripted` exists, for tests and benchmarks.
+    #[arg(long)]
+    executor: Option<String>,
+    /// The scripted executor's script (JSON; see afe_worker::scripted).
+    #[arg(long)]
+    script: Option<PathBuf>,
+}
+
+fn cannot_start(what: &str, err: impl std::fmt::Display, help: &str) -> ExitCode {
+    eprintln!("afe worker: {what}: {err}\n  help: {help}");
+    ExitCode::from(EXIT_CANNOT_START)
+}
+
+fn executor(args: &WorkerArgs) -> Result<Arc<dyn NodeExecutor>, ExitCode> {
+    match (args.executor.as_deref(), &args.script) {
+        (Some("scripted"), Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|err| {
+                cannot_start(
+                    &format!("cannot read {}", path.display()),
+                    err,
+                    "pass --script FILE",
+                )
+            })?;
+            let script: Script = serde_json::from_str(&text).map_err(|err| {
+                cannot_start(
+                    &format!("{} is not a script", path.display()),
+                    err,
+                    "see afe_worker::scripted::Script",
+                )
+            })?;
+            Ok(Arc::new(ScriptedExecutor::new(script)))
+        }
+        (Some("scripted"), None) => Err(cannot_start(
+            "the scripted executor needs a script",
+            "--script is missing",
+            "pass --script FILE",
+        )),
+        _ => Err(cannot_start(
+            "no executor",
+            "the node kinds (git, agent, deep, acp, exec) are not built yet",
+            "run `--executor scripted --script FILE` (tests and benchmarks); real node kinds come with the sandbox",
+        )),
+    }
+}
+
+pub fn run(args: WorkerArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AFE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let executor = match executor(&args) {
+        Ok(executor) => executor,
+        Err(code) => return code,
+    };
+    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+        return ExitCode::FAILURE;
+    };
+    runtime.block_on(serve(args, executor))
+}
+
+async fn serve(args: WorkerArgs, executor: Arc<dyn NodeExecutor>) -> ExitCode {
+    if let Some(path) = args.store.strip_prefix("sqlite://") {
+        if let Some(parent) = std::path::Path::new(path.split('?').next().unwrap_or(path)).parent()
+            && !parent.as_os_str().is_empty()
+        {
+            let _ = std::fs::create_dir_all(parent);
+        }
+    }
+    let store: Arc<dyn Store> = match SqlStore::connect(&args.store).await {
+        Ok(store) => Arc::new(store),
+        Err(err) => return cannot_start("cannot open the store", &err, err.help()),
+    };
+    let settings = QueueSettings {
+        reclaim_after: args.reclaim_after,
+        max_deliveries: args.max_deliveries,
+    };
+    let (queue, notifier): (Arc<dyn Queue>, Arc<dyn Notifier>) = if args.broker == "embedded" {
+        (
+            Arc::new(EmbeddedQueue::new(settings)),
+            Arc::new(EmbeddedNotifier::default()),
+        )
+    } else {
+        let queue = match RedisQueue::connect(&args.broker, &args.prefix, settings).await {
+            Ok(queue) => queue,
+            Err(err) => return cannot_start("cannot reach the broker", &err, err.help()),
+        };
+        let notifier = match RedisNotifier::connect(&args.broker, &args.prefix).await {
+            Ok(notifier) => notifier,
+            Err(err) => return cannot_start("cannot reach the broker", &err, err.help()),
+        };
+        (Arc::new(queue), Arc::new(notifier))
+    };
+    let settings = WorkerSettings {
+        id: args
+            .id
+            .unwrap_or_else(|| format!("worker-{}", std::process::id())),
+        lease_ttl: args.lease_ttl,
+        grace: args.grace,
+        concurrency: args.concurrency,
+        sweep_every: args.sweep_every,
+        requeue_queued_after: args.requeue_queued_after,
+        ..WorkerSettings::default()
+    };
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => return,
+            };
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("stopping: finishing the current node, then releasing");
+        let _ = stop.send(true);
+    });
+    tracing::info!(
+        store = store.backend(),
+        broker = queue.backend(),
+        "worker started"
+    );
+    Arc::new(Worker::new(store, queue, notifier, executor, settings))
+        .run(shutdown)
+        .await;
+    ExitCode::SUCCESS
+}
