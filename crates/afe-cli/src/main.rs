@@ -50,7 +50,7 @@ enum Command {
         explain: bool,
     },
     /// Run a worker: claim tickets from the queue and run their flows.
-    Worker(worker::WorkerArgs),
+    Worker(Box<worker::WorkerArgs>),
     /// Write the CustomResourceDefinitions of every afe kind.
     Crdgen {
         #[arg(long, default_value = afe_config::crd::CRD_DIR)]
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         Command::Validate { config, json } => validate(&config, json),
         Command::Revision { config, explain } => revision(&config, explain),
         Command::Crdgen { out } => crdgen(&out),
-        Command::Worker(args) => worker::run(args),
+        Command::Worker(args) => worker::run(*args),
     }
 }
 

@@ -113,12 +113,12 @@ pub fn run(args: WorkerArgs) -> ExitCode {
 }
 
 async fn serve(args: WorkerArgs, executor: Arc<dyn NodeExecutor>) -> ExitCode {
-    if let Some(path) = args.store.strip_prefix("sqlite://") {
-        if let Some(parent) = std::path::Path::new(path.split('?').next().unwrap_or(path)).parent()
-            && !parent.as_os_str().is_empty()
-        {
-            let _ = std::fs::create_dir_all(parent);
-        }
+    // A SQLite file's folder is made on first use (the default is .afe/afe.db).
+    if let Some(path) = args.store.strip_prefix("sqlite://")
+        && let Some(parent) = std::path::Path::new(path.split('?').next().unwrap_or(path)).parent()
+        && !parent.as_os_str().is_empty()
+    {
+        let _ = std::fs::create_dir_all(parent);
     }
     let store: Arc<dyn Store> = match SqlStore::connect(&args.store).await {
         Ok(store) => Arc::new(store),
