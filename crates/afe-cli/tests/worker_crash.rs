@@ -37,6 +37,8 @@ on_both_pairs!(
     a_worker_killed_between_paying_and_committing_gets_exactly_one_retry,
     a_paused_worker_whose_lease_was_taken_over_writes_nothing_when_it_resumes,
     sigterm_lets_the_node_finish_then_releases_the_ticket,
+    an_executor_that_overspends_stops_the_ticket_and_the_ledger_adds_up,
+    a_hundred_tickets_through_four_workers_each_node_run_exactly_once,
 );
 
 async fn a_worker_killed_in_the_middle_of_a_node_is_taken_over_without_rerunning_completed_nodes(
@@ -156,5 +158,56 @@ async fn sigterm_lets_the_node_finish_then_releases_the_ticket(pair: Pair) {
         runs.iter()
             .all(|r| r.state == NodeState::Completed && r.attempts == 1)
     );
+    engine.close().await;
+}
+
+async fn an_executor_that_overspends_stops_the_ticket_and_the_ledger_adds_up(pair: Pair) {
+    // A $1.00 budget; each node reserves $0.40 and the provider reports $0.45.
+    let step = json!({"cost_usd": 0.40, "settle_usd": 0.45});
+    let mut engine =
+        Engine::start(pair, json!({"n1": step, "n2": step, "n3": step}), Some(1.0)).await;
+    let ticket = engine.tickets(1).await.remove(0);
+    engine.worker("spender", &[]);
+    let ended = engine.ended(std::slice::from_ref(&ticket)).await;
+    assert_eq!(ended[0].state, TicketState::Failed, "{}", engine.logs());
+    assert_eq!(ended[0].reason.as_deref(), Some("BudgetExceeded"));
+    // n3 started but its reservation ($0.90 spent + $0.40 > $1.00) was refused: no paid call.
+    assert_eq!(engine.count("start", &ticket, "n3"), 1);
+    assert_eq!(engine.count("paid", &ticket, "n3"), 0);
+    let ledger = engine.store.ledger(&ticket).await.unwrap();
+    let settled: i64 = ledger.iter().filter_map(|e| e.settled_micros).sum();
+    let paid_calls = engine
+        .calls()
+        .iter()
+        .filter(|c| c.ticket == ticket && c.step == "paid")
+        .count() as i64;
+    assert_eq!(settled, paid_calls * 450_000, "the ledger adds up exactly");
+    assert_eq!(settled, 900_000);
+    assert!(ledger.iter().all(|e| e.state == LedgerState::Settled));
+    engine.close().await;
+}
+
+async fn a_hundred_tickets_through_four_workers_each_node_run_exactly_once(pair: Pair) {
+    let mut engine = Engine::start(pair, json!({}), None).await;
+    let tickets = engine.tickets(100).await;
+    for name in ["w1", "w2", "w3", "w4"] {
+        engine.worker(name, &[]);
+    }
+    let ended = engine.ended(&tickets).await;
+    assert!(
+        ended.iter().all(|t| t.state == TicketState::Done),
+        "{}",
+        engine.logs()
+    );
+    let calls = engine.calls();
+    for ticket in &tickets {
+        for node in ["n1", "n2", "n3"] {
+            let runs = calls
+                .iter()
+                .filter(|c| &c.ticket == ticket && c.node == node && c.step == "start")
+                .count();
+            assert_eq!(runs, 1, "{ticket} {node} ran {runs} times");
+        }
+    }
     engine.close().await;
 }

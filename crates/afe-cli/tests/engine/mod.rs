@@ -8,6 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod restarts;
+
 use afe_queue::{Queue, QueueSettings, RedisQueue};
 use afe_store::{NewTicket, SqlStore, Store, Ticket};
 use serde_json::{Value, json};
@@ -249,9 +251,12 @@ impl Engine {
         loop {
             let mut tickets = Vec::new();
             for id in ids {
-                tickets.push(self.store.ticket(id).await.unwrap());
+                // The store may be restarting under the test too: ask again later.
+                if let Ok(ticket) = self.store.ticket(id).await {
+                    tickets.push(ticket);
+                }
             }
-            if tickets.iter().all(|t| t.state.is_terminal()) {
+            if tickets.len() == ids.len() && tickets.iter().all(|t| t.state.is_terminal()) {
                 return tickets;
             }
             assert!(

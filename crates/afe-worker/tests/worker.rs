@@ -1,0 +1,259 @@
+//! The worker in process, on both pairs (PostgreSQL + Redis, SQLite + in-process queue): a flow
+//! runs to done with every event published live after its commit; a ticket whose queue entry
+//! keeps being delivered to workers that die is dead-lettered and fails; a ticket left running
+//! without a live lease and without a queue entry is found and finished by a worker that starts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use afe_queue::{
+    EmbeddedNotifier, EmbeddedQueue, Notifier, Queue, QueueSettings, RedisNotifier, RedisQueue,
+};
+use afe_store::{NewTicket, SqlStore, Store, TicketState};
+use afe_worker::{Script, ScriptedExecutor, Worker, WorkerSettings};
+use serde_json::json;
+
+struct Pair {
+    store: Arc<SqlStore>,
+    queue: Arc<dyn Queue>,
+    notifier: Arc<dyn Notifier>,
+    database: Option<afe_testkit::TestDatabase>,
+    dir: std::path::PathBuf,
+    revision: String,
+}
+
+const SETTINGS: QueueSettings = QueueSettings {
+    reclaim_after: Duration::from_millis(200),
+    max_deliveries: 2,
+};
+
+impl Pair {
+    async fn servers() -> Pair {
+        let db = afe_testkit::TestDatabase::create().await;
+        let prefix = afe_testkit::unique("afe-test");
+        let url = afe_testkit::redis_url();
+        let store = SqlStore::connect(&db.url).await.unwrap();
+        Pair::with(
+            store,
+            Arc::new(RedisQueue::connect(&url, &prefix, SETTINGS).await.unwrap()),
+            Arc::new(RedisNotifier::connect(&url, &prefix).await.unwrap()),
+            Some(db),
+        )
+        .await
+    }
+
+    async fn embedded() -> Pair {
+        let dir = afe_testkit::scratch("afe-worker");
+        let store = SqlStore::connect(&afe_testkit::sqlite_url(&dir))
+            .await
+            .unwrap();
+        Pair::with(
+            store,
+            Arc::new(EmbeddedQueue::new(SETTINGS)),
+            Arc::new(EmbeddedNotifier::default()),
+            None,
+        )
+        .await
+    }
+
+    async fn with(
+        store: SqlStore,
+        queue: Arc<dyn Queue>,
+        notifier: Arc<dyn Notifier>,
+        database: Option<afe_testkit::TestDatabase>,
+    ) -> Pair {
+        let revision = afe_testkit::chain_revision(3, None);
+        store
+            .put_revision(&revision.hash, &revision.normalized)
+            .await
+            .unwrap();
+        Pair {
+            store: Arc::new(store),
+            queue,
+            notifier,
+            database,
+            dir: afe_testkit::scratch("afe-worker-calls"),
+            revision: revision.hash,
+        }
+    }
+
+    async fn ticket(&self) -> String {
+        self.store
+            .create_ticket(&NewTicket {
+                flow: "work".into(),
+                input: json!({"n": 1}),
+                revision: self.revision.clone(),
+                budget_micros: None,
+            })
+            .await
+            .unwrap()
+            .id
+    }
+
+    /// A worker in this process; stop it by sending `true`.
+    fn worker(
+        &self,
+    ) -> (
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let script = Script {
+            calls_file: self.dir.join("calls"),
+            default: Default::default(),
+            nodes: Default::default(),
+        };
+        let worker = Arc::new(Worker::new(
+            self.store.clone(),
+            self.queue.clone(),
+            self.notifier.clone(),
+            Arc::new(ScriptedExecutor::new(script)),
+            WorkerSettings {
+                id: "in-process".into(),
+                lease_ttl: Duration::from_millis(600),
+                poll_wait: Duration::from_millis(100),
+                sweep_every: Duration::from_millis(200),
+                requeue_queued_after: Duration::from_secs(30),
+                retry_pause: Duration::from_millis(50),
+                ..WorkerSettings::default()
+            },
+        ));
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        (stop, tokio::spawn(worker.run(shutdown)))
+    }
+
+    async fn ended(&self, id: &str) -> afe_store::Ticket {
+        for _ in 0..600 {
+            let ticket = self.store.ticket(id).await.unwrap();
+            if ticket.state.is_terminal() {
+                return ticket;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("ticket {id} did not end");
+    }
+
+    async fn close(self) {
+        self.store.close().await;
+        if let Some(db) = self.database {
+            db.drop().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+macro_rules! on_both_pairs {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres_and_redis() {
+                super::$name(super::Pair::servers().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite_and_embedded() {
+                super::$name(super::Pair::embedded().await).await;
+            }
+        }
+    )+};
+}
+
+on_both_pairs!(
+    a_flow_runs_to_done_and_every_event_is_published_after_its_commit,
+    an_entry_delivered_too_often_is_dead_lettered_and_its_ticket_fails,
+    a_starting_worker_requeues_a_ticket_running_without_a_live_lease,
+);
+
+async fn a_flow_runs_to_done_and_every_event_is_published_after_its_commit(pair: Pair) {
+    let mut notices = pair.notifier.subscribe();
+    let id = pair.ticket().await;
+    pair.queue.enqueue(&id).await.unwrap();
+    let (stop, worker) = pair.worker();
+    let ticket = pair.ended(&id).await;
+    assert_eq!(ticket.state, TicketState::Done);
+    let stored = pair.store.events(&id, 0, 1000).await.unwrap();
+    let mut heard = Vec::new();
+    while heard.last().map(|(_, kind): &(i64, String)| kind.as_str()) != Some("ticket.done") {
+        let notice = tokio::time::timeout(Duration::from_secs(10), notices.recv())
+            .await
+            .expect("every event is published")
+            .unwrap();
+        // Published after commit: what a notice names is already readable.
+        assert!(
+            pair.store
+                .events(&id, notice.seq - 1, 1)
+                .await
+                .unwrap()
+                .len()
+                == 1,
+            "notice {notice:?} before its event was readable"
+        );
+        heard.push((notice.seq, notice.kind));
+    }
+    // Every event but the creation (written by whoever made the ticket) was published, in order.
+    let expected: Vec<(i64, String)> = stored
+        .iter()
+        .filter(|e| e.kind != "ticket.created")
+        .map(|e| (e.seq, e.kind.clone()))
+        .collect();
+    assert_eq!(heard, expected);
+    stop.send(true).unwrap();
+    worker.await.unwrap();
+    pair.close().await;
+}
+
+async fn an_entry_delivered_too_often_is_dead_lettered_and_its_ticket_fails(pair: Pair) {
+    let id = pair.ticket().await;
+    pair.queue.enqueue(&id).await.unwrap();
+    // Two workers take the entry and die before acknowledging it.
+    for dead in ["dead-1", "dead-2"] {
+        let delivery = pair
+            .queue
+            .next(dead, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .expect("the entry is delivered");
+        assert_eq!(delivery.ticket, id);
+        tokio::time::sleep(SETTINGS.reclaim_after + Duration::from_millis(100)).await;
+    }
+    // The third delivery passes the limit of two.
+    let (stop, worker) = pair.worker();
+    let ticket = pair.ended(&id).await;
+    assert_eq!(ticket.state, TicketState::Failed);
+    let reason = ticket.reason.unwrap();
+    assert!(reason.starts_with("DeadLettered: "), "{reason}");
+    let dead = pair.queue.dead_letters().await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].ticket.as_str(), dead[0].deliveries),
+        (id.as_str(), 3)
+    );
+    assert!(
+        pair.store.node_runs(&id).await.unwrap().is_empty(),
+        "never run"
+    );
+    stop.send(true).unwrap();
+    worker.await.unwrap();
+    pair.close().await;
+}
+
+async fn a_starting_worker_requeues_a_ticket_running_without_a_live_lease(pair: Pair) {
+    let id = pair.ticket().await;
+    // A worker claimed it and died; the queue never had (or lost) its entry.
+    let (lease, _) = pair
+        .store
+        .claim(&id, "gone", Duration::from_millis(100))
+        .await
+        .unwrap()
+        .unwrap();
+    pair.store.start_node(&lease, "n1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(pair.queue.depth().await.unwrap(), 0);
+    let (stop, worker) = pair.worker();
+    let ticket = pair.ended(&id).await;
+    assert_eq!(ticket.state, TicketState::Done);
+    let runs = pair.store.node_runs(&id).await.unwrap();
+    assert_eq!(runs.iter().find(|r| r.node == "n1").unwrap().attempts, 2);
+    stop.send(true).unwrap();
+    worker.await.unwrap();
+    pair.close().await;
+}
