@@ -4,6 +4,8 @@
 //!   and CONNECT, small and 1 MiB responses, 1 and 64 connections, keep-alive on and off.
 //! - `af-bench dns`: the sidecar's DNS responder against dnsmasq with the same upstream.
 //! - `af-bench up`: `af up` + `af down` against `docker compose up` + `down` of the same services.
+//! - `af-bench tickets`: afe's tickets through worker processes on PostgreSQL and Redis, against
+//!   the store's transactions alone.
 //!
 //! `proxy` and `dns` need root (it builds a network namespace for the origin) and squid and dnsmasq (Debian
 //! packages). Nothing leaves the machine: the origin and the upstream resolver sit at TEST-NET
@@ -13,6 +15,7 @@ mod dnsload;
 mod load;
 mod origin;
 mod proxies;
+mod tickets;
 mod up;
 mod world;
 
@@ -62,6 +65,22 @@ enum Command {
         #[arg(long)]
         af: Option<std::path::PathBuf>,
     },
+    /// afe: tickets through `afe worker` processes against the store alone; pickup latency.
+    Tickets {
+        #[arg(long, default_value_t = 1000)]
+        tickets: usize,
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+        /// Arrivals per second for the pickup-latency phase.
+        #[arg(long, default_value_t = 50.0)]
+        rate: f64,
+        /// Tickets in the pickup-latency phase.
+        #[arg(long, default_value_t = 200)]
+        paced: usize,
+        /// The `afe` binary (default: the one next to this binary).
+        #[arg(long)]
+        afe: Option<std::path::PathBuf>,
+    },
     /// (internal) The origin servers, run inside the benchmark's namespace.
     #[command(hide = true)]
     Origin,
@@ -80,6 +99,25 @@ fn main() -> Result<()> {
                 Duration::from_secs_f64(seconds),
                 only.as_deref(),
             ))
+        }
+        Command::Tickets {
+            tickets,
+            workers,
+            rate,
+            paced,
+            afe,
+        } => {
+            let afe = match afe {
+                Some(afe) => afe,
+                None => std::env::current_exe()?.with_file_name("afe"),
+            };
+            runtime.block_on(tickets::run(tickets::Options {
+                tickets,
+                workers,
+                rate,
+                paced,
+                afe,
+            }))
         }
         Command::Up {
             services,
