@@ -311,18 +311,12 @@ impl Store for SqlStore {
     }
 
     async fn create_ticket(&self, new: &NewTicket) -> Result<Ticket, StoreError> {
+        // The insert comes first: on SQLite a transaction that reads before it writes can be
+        // refused the write lock outright when another process writes; one that writes first
+        // waits its turn. The revision's foreign key says whether it exists.
         let mut tx = self.pool.begin().await?;
-        let known = sqlx::query(&self.sql("SELECT 1 FROM afe_revisions WHERE hash = $1"))
-            .bind(&new.revision)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if known.is_none() {
-            return Err(StoreError::NotFound {
-                what: format!("revision {}", new.revision),
-            });
-        }
         let id = uuid::Uuid::new_v4().to_string();
-        let row = sqlx::query(&self.sql(&format!(
+        let inserted = sqlx::query(&self.sql(&format!(
             "INSERT INTO afe_tickets (id, flow, input, revision, state, budget_micros, created_at, updated_at) VALUES ($1, $2, $3, $4, 'queued', $5, {{now}}, {{now}}) RETURNING {TICKET_COLUMNS}"
         )))
         .bind(&id)
@@ -331,7 +325,16 @@ impl Store for SqlStore {
         .bind(&new.revision)
         .bind(new.budget_micros)
         .fetch_one(&mut *tx)
-        .await?;
+        .await;
+        let row = match inserted {
+            Ok(row) => row,
+            Err(sqlx::Error::Database(err)) if err.is_foreign_key_violation() => {
+                return Err(StoreError::NotFound {
+                    what: format!("revision {}", new.revision),
+                });
+            }
+            Err(err) => return Err(err.into()),
+        };
         let ticket = ticket_of(&row)?;
         self.append(
             &mut tx,

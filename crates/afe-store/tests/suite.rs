@@ -45,6 +45,7 @@ on_both_stores!(
     events_are_ordered_and_readable_from_any_position,
     tickets_needing_a_worker_are_found_and_dead_letters_fail_only_unheld_tickets,
     release_lets_another_worker_claim_at_once,
+    a_ticket_needs_a_stored_revision,
 );
 
 const SHORT: Duration = Duration::from_millis(300);
@@ -541,5 +542,20 @@ async fn a_url_that_is_neither_store_is_refused_with_what_to_write() {
     match SqlStore::connect("mysql://x").await {
         Err(err) => assert!(err.to_string().contains("postgres://"), "{err}"),
         Ok(_) => panic!("mysql is not a store"),
+    }
+}
+
+async fn a_ticket_needs_a_stored_revision(store: &SqlStore) {
+    let refused = store
+        .create_ticket(&NewTicket {
+            flow: "work".into(),
+            input: json!({}),
+            revision: "0".repeat(64),
+            budget_micros: None,
+        })
+        .await;
+    match refused {
+        Err(StoreError::NotFound { what }) => assert!(what.contains("revision"), "{what}"),
+        other => panic!("expected NotFound, got {other:?}"),
     }
 }
