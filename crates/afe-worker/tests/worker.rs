@@ -97,10 +97,21 @@ impl Pair {
         tokio::sync::watch::Sender<bool>,
         tokio::task::JoinHandle<()>,
     ) {
+        self.scripted_worker(Default::default())
+    }
+
+    /// A worker whose scripted executor does `nodes`' steps.
+    fn scripted_worker(
+        &self,
+        nodes: std::collections::BTreeMap<String, afe_worker::Step>,
+    ) -> (
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let script = Script {
             calls_file: self.dir.join("calls"),
             default: Default::default(),
-            nodes: Default::default(),
+            nodes,
         };
         let worker = Arc::new(Worker::new(
             self.store.clone(),
@@ -161,6 +172,7 @@ on_both_pairs!(
     a_flow_runs_to_done_and_every_event_is_published_after_its_commit,
     an_entry_delivered_too_often_is_dead_lettered_and_its_ticket_fails,
     a_starting_worker_requeues_a_ticket_running_without_a_live_lease,
+    a_false_when_skips_its_node_and_what_needs_it_and_checkpoints_are_kept,
 );
 
 async fn a_flow_runs_to_done_and_every_event_is_published_after_its_commit(pair: Pair) {
@@ -255,5 +267,99 @@ async fn a_starting_worker_requeues_a_ticket_running_without_a_live_lease(pair: 
     assert_eq!(runs.iter().find(|r| r.node == "n1").unwrap().attempts, 2);
     stop.send(true).unwrap();
     worker.await.unwrap();
+    pair.close().await;
+}
+
+async fn a_false_when_skips_its_node_and_what_needs_it_and_checkpoints_are_kept(pair: Pair) {
+    // A flow whose `review` runs only for urgent jobs, and `merge` needs it.
+    let dir = afe_testkit::scratch("afe-when");
+    std::fs::write(
+        dir.join("config.yaml"),
+        r#"
+apiVersion: afe.dev/v1alpha1
+kind: Schema
+metadata: {name: job-request}
+spec:
+  fields: {urgent: boolean}
+---
+apiVersion: afe.dev/v1alpha1
+kind: Flow
+metadata: {name: gated}
+spec:
+  input: job-request
+  nodes:
+    - {id: build, exec: [make]}
+    - {id: review, exec: [review], needs: [build], when: "job_request.urgent && build.attempt == 1"}
+    - {id: merge, exec: [merge], needs: [review]}
+    - {id: report, exec: [report], needs: [build]}
+"#,
+    )
+    .unwrap();
+    let config = afe_config::load_folder(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let revision = afe_config::Revision::of(&config);
+    pair.store
+        .put_revision(&revision.hash, &revision.normalized)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for urgent in [false, true] {
+        let ticket = pair
+            .store
+            .create_ticket(&NewTicket {
+                flow: "gated".into(),
+                input: json!({"urgent": urgent}),
+                revision: revision.hash.clone(),
+                budget_micros: None,
+            })
+            .await
+            .unwrap();
+        pair.queue.enqueue(&ticket.id).await.unwrap();
+        ids.push(ticket.id);
+    }
+    let build = afe_worker::Step {
+        checkpoint_bytes: 20_000,
+        ..Default::default()
+    };
+    let (stop, worker) = pair.scripted_worker([("build".to_string(), build)].into());
+    for id in &ids {
+        assert_eq!(pair.ended(id).await.state, TicketState::Done);
+    }
+    let states = |runs: Vec<afe_store::NodeRun>| -> Vec<(String, afe_store::NodeState)> {
+        let mut out: Vec<_> = runs.into_iter().map(|r| (r.node, r.state)).collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    };
+    use afe_store::NodeState::{Completed, Skipped};
+    assert_eq!(
+        states(pair.store.node_runs(&ids[0]).await.unwrap()),
+        [
+            ("build".to_string(), Completed),
+            ("merge".to_string(), Skipped),
+            ("report".to_string(), Completed),
+            ("review".to_string(), Skipped),
+        ]
+    );
+    assert_eq!(
+        states(pair.store.node_runs(&ids[1]).await.unwrap()),
+        [
+            ("build".to_string(), Completed),
+            ("merge".to_string(), Completed),
+            ("report".to_string(), Completed),
+            ("review".to_string(), Completed),
+        ]
+    );
+    // The build's workspace was checkpointed with its completion, and reads back whole.
+    for id in &ids {
+        let checkpoints = pair.store.checkpoints(id).await.unwrap();
+        assert_eq!(checkpoints.len(), 1);
+        assert_eq!(checkpoints[0].node, "build");
+        assert_eq!(
+            pair.store.bundle(checkpoints[0].id).await.unwrap().len(),
+            20_000
+        );
+    }
+    stop.send(true).unwrap();
+    worker.await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     pair.close().await;
 }
