@@ -18,6 +18,7 @@ use crate::dns_wire::{
 };
 use crate::metrics::DnsOutcome;
 use crate::policy::DenyReason;
+use crate::udp_batch::{BATCH, Inbound, send_all};
 
 /// What the responder does with one query.
 #[derive(Debug, PartialEq, Eq)]
@@ -92,51 +93,108 @@ fn refuse(question: &Question, client: SocketAddr, shared: &Shared) {
     );
 }
 
-/// Serves DNS over UDP until the socket fails for good.
+/// Serves DNS over UDP until the socket fails for good. Queries are taken in batches (every one
+/// waiting, see `udp_batch`), decided one by one, and the answers and forwarded queries of a batch
+/// sent in a batch each.
 pub async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, dns: Arc<DnsConfig>) {
-    let socket = Arc::new(socket);
     let forwarder = match dns.upstream {
-        Some(upstream) => match UdpForwarder::start(
-            upstream,
-            socket.clone(),
-            shared.limits.dns_forward_timeout(),
-        )
-        .await
-        {
-            Ok(forwarder) => Some(forwarder),
-            Err(err) => {
-                tracing::error!(%upstream, error = %err, "cannot open a socket towards the platform's resolver");
-                None
-            }
-        },
-        None => None,
-    };
-    let mut buf = vec![0u8; 4096];
-    loop {
-        let (len, client) = match socket.recv_from(&mut buf).await {
-            Ok(received) => received,
-            Err(err) => {
-                // ICMP errors from earlier replies surface here on some kernels; keep serving.
-                tracing::debug!(error = %err, "dns receive failed");
-                continue;
-            }
-        };
-        let reply = match handle_query(&buf[..len], client, &shared, &dns) {
-            Handling::Reply(reply) => Some(reply),
-            Handling::Forward(_) => match &forwarder {
-                Some(forwarder) => {
-                    forwarder.forward(&buf[..len], client).await;
+        Some(upstream) => {
+            match UdpForwarder::start(upstream, shared.limits.dns_forward_timeout()).await {
+                Ok(forwarder) => Some(forwarder),
+                Err(err) => {
+                    tracing::error!(%upstream, error = %err, "cannot open a socket towards the platform's resolver");
                     None
                 }
-                None => read_query(&buf[..len])
-                    .ok()
-                    .map(|q| q.empty_response(RCODE_SERVFAIL)),
-            },
-            Handling::Drop => None,
-        };
-        if let Some(reply) = reply {
-            let _ = socket.send_to(&reply, client).await;
+            }
         }
+        None => None,
+    };
+    let mut inbound = Inbound::default();
+    let mut replies: Vec<(Vec<u8>, Option<SocketAddr>)> = Vec::with_capacity(BATCH);
+    let mut forwards: Vec<Vec<(Vec<u8>, Option<SocketAddr>)>> = (0..UPSTREAM_SOCKETS)
+        .map(|_| Vec::with_capacity(BATCH))
+        .collect();
+    let mut answers: Vec<(Vec<u8>, Option<SocketAddr>)> = Vec::with_capacity(BATCH);
+    let mut upstream_inbound: Vec<Inbound> =
+        (0..UPSTREAM_SOCKETS).map(|_| Inbound::default()).collect();
+    // One task serves the clients and relays the platform resolver's answers, like a resolver's
+    // single event loop: an answer is relayed by the task that is already awake, not handed to
+    // another (waking a second task per query halved the forwarding rate).
+    loop {
+        let (first, second) = upstream_inbound.split_at_mut(1);
+        let event = tokio::select! {
+            received = inbound.receive(&socket) => Event::Queries(received),
+            received = upstream(&forwarder, 0, &mut first[0]) => Event::Answers(0, received),
+            received = upstream(&forwarder, 1, &mut second[0]) => Event::Answers(1, received),
+        };
+        match event {
+            Event::Queries(Err(err)) | Event::Answers(_, Err(err)) => {
+                // ICMP errors from earlier replies surface here on some kernels; keep serving.
+                tracing::debug!(error = %err, "dns receive failed");
+            }
+            Event::Queries(Ok(())) => {
+                for (query, client) in inbound.datagrams() {
+                    let Some(client) = client else { continue };
+                    match handle_query(query, client, &shared, &dns) {
+                        Handling::Reply(reply) => replies.push((reply, Some(client))),
+                        Handling::Forward(_) => match &forwarder {
+                            Some(forwarder) => {
+                                if let Some((socket, rewritten)) = forwarder.prepare(query, client)
+                                {
+                                    forwards[socket].push((rewritten, None));
+                                }
+                            }
+                            None => {
+                                if let Ok(question) = read_query(query) {
+                                    replies.push((
+                                        question.empty_response(RCODE_SERVFAIL),
+                                        Some(client),
+                                    ));
+                                }
+                            }
+                        },
+                        Handling::Drop => {}
+                    }
+                }
+                if let Some(forwarder) = &forwarder {
+                    for (socket, queries) in forwards.iter_mut().enumerate() {
+                        if !queries.is_empty() {
+                            send_all(&forwarder.sockets[socket], queries).await;
+                            queries.clear();
+                        }
+                    }
+                }
+            }
+            Event::Answers(from, Ok(())) => {
+                if let Some(forwarder) = &forwarder {
+                    forwarder.match_answers(&mut upstream_inbound[from], &mut answers);
+                    send_all(&socket, &answers).await;
+                    answers.clear();
+                }
+            }
+        }
+        if !replies.is_empty() {
+            send_all(&socket, &replies).await;
+            replies.clear();
+        }
+    }
+}
+
+/// What woke the responder.
+enum Event {
+    Queries(std::io::Result<()>),
+    Answers(usize, std::io::Result<()>),
+}
+
+/// Answers from upstream socket `index`; never, without a forwarder.
+async fn upstream(
+    forwarder: &Option<UdpForwarder>,
+    index: usize,
+    inbound: &mut Inbound,
+) -> std::io::Result<()> {
+    match forwarder.as_ref().and_then(|f| f.sockets.get(index)) {
+        Some(socket) => inbound.receive(socket).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -149,7 +207,7 @@ const UPSTREAM_SOCKETS: usize = 2;
 /// to its client by that id and sent with the client's id restored. (A fresh socket per query, as
 /// before, halved the forwarding rate: docs/performance.md.)
 struct UdpForwarder {
-    sockets: Vec<Arc<UdpSocket>>,
+    sockets: Vec<UdpSocket>,
     in_flight: std::sync::Mutex<std::collections::HashMap<u16, InFlight>>,
     ids: std::sync::Mutex<u64>,
     timeout: std::time::Duration,
@@ -164,9 +222,8 @@ struct InFlight {
 impl UdpForwarder {
     async fn start(
         upstream: SocketAddr,
-        replies: Arc<UdpSocket>,
         timeout: std::time::Duration,
-    ) -> std::io::Result<Arc<UdpForwarder>> {
+    ) -> std::io::Result<UdpForwarder> {
         let bind: SocketAddr = if upstream.is_ipv4() {
             ([0, 0, 0, 0], 0).into()
         } else {
@@ -176,26 +233,18 @@ impl UdpForwarder {
         for _ in 0..UPSTREAM_SOCKETS {
             let socket = UdpSocket::bind(bind).await?;
             socket.connect(upstream).await?;
-            sockets.push(Arc::new(socket));
+            sockets.push(socket);
         }
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64)
             | 1;
-        let forwarder = Arc::new(UdpForwarder {
+        Ok(UdpForwarder {
             sockets,
             in_flight: std::sync::Mutex::new(std::collections::HashMap::new()),
             ids: std::sync::Mutex::new(seed),
             timeout,
-        });
-        for socket in &forwarder.sockets {
-            tokio::spawn(
-                forwarder
-                    .clone()
-                    .relay_answers(socket.clone(), replies.clone()),
-            );
-        }
-        Ok(forwarder)
+        })
     }
 
     /// The next id: xorshift, so an observer of one id cannot predict the next.
@@ -210,9 +259,12 @@ impl UdpForwarder {
         (*state >> 16) as u16
     }
 
-    async fn forward(&self, query: &[u8], client: SocketAddr) {
+    /// Gives the query an id of its own and remembers whom to answer; returns the upstream socket
+    /// to send it on and the rewritten query. `None` drops it (malformed, or every id busy: the
+    /// client retries).
+    fn prepare(&self, query: &[u8], client: SocketAddr) -> Option<(usize, Vec<u8>)> {
         if query.len() < 12 {
-            return;
+            return None;
         }
         let id = {
             let mut in_flight = self
@@ -220,14 +272,11 @@ impl UdpForwarder {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             // An id is free when unused, or when its query timed out (that client gave up).
-            let free = (0..16).map(|_| self.next_id()).find(|id| {
+            let id = (0..16).map(|_| self.next_id()).find(|id| {
                 in_flight
                     .get(id)
                     .is_none_or(|old| old.sent.elapsed() > self.timeout)
-            });
-            let Some(id) = free else {
-                return; // every id busy: drop, the client retries.
-            };
+            })?;
             let client_id = u16::from_be_bytes([query[0], query[1]]);
             in_flight.insert(
                 id,
@@ -241,33 +290,28 @@ impl UdpForwarder {
         };
         let mut rewritten = query.to_vec();
         rewritten[..2].copy_from_slice(&id.to_be_bytes());
-        let socket = &self.sockets[usize::from(id) % self.sockets.len()];
-        if socket.send(&rewritten).await.is_err() {
-            self.in_flight
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(&id);
-        }
+        Some((usize::from(id) % self.sockets.len(), rewritten))
     }
 
-    async fn relay_answers(self: Arc<Self>, socket: Arc<UdpSocket>, replies: Arc<UdpSocket>) {
-        let mut buf = vec![0u8; 4096];
-        loop {
-            let Ok(len) = socket.recv(&mut buf).await else {
-                continue;
-            };
-            if len < 12 {
+    /// The answers of a batch, each with its client's id restored, addressed to its client.
+    /// An answer nobody waits for (late, or forged) is dropped.
+    fn match_answers(
+        &self,
+        inbound: &mut Inbound,
+        answers: &mut Vec<(Vec<u8>, Option<SocketAddr>)>,
+    ) {
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (answer, _) in inbound.datagrams() {
+            if answer.len() < 12 {
                 continue;
             }
-            let id = u16::from_be_bytes([buf[0], buf[1]]);
-            let waiting = self
-                .in_flight
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(&id);
-            if let Some(waiting) = waiting {
-                buf[..2].copy_from_slice(&waiting.client_id.to_be_bytes());
-                let _ = replies.send_to(&buf[..len], waiting.client).await;
+            let id = u16::from_be_bytes([answer[0], answer[1]]);
+            if let Some(waiting) = in_flight.remove(&id) {
+                answer[..2].copy_from_slice(&waiting.client_id.to_be_bytes());
+                answers.push((answer.to_vec(), Some(waiting.client)));
             }
         }
     }

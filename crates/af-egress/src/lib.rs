@@ -32,6 +32,7 @@ mod resolve;
 mod server;
 mod smtp;
 mod tunnel;
+mod udp_batch;
 mod webhook;
 
 pub use config::{LoadedConfig, SidecarConfig, load_config, parse_config};
