@@ -1,7 +1,8 @@
 //! The DNS responder. Every name outside the environment resolves to the sidecar itself, so a
 //! client that ignores its proxy settings still lands on the sidecar and is decided. Names inside
-//! the environment are forwarded, as received but for the query id, to the platform's resolver. Any other question
-//! about an outside name is refused and never forwarded: DNS must not be a tunnel.
+//! the environment are forwarded, as received but for the query id, to the platform's resolver.
+//! Any other question about an outside name is refused and never forwarded: DNS must not be a
+//! tunnel.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
