@@ -270,14 +270,28 @@ impl Engine {
     }
 
     pub async fn close(mut self) {
-        for (_, child) in &mut self.workers {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.stop_workers();
         self.store.close().await;
         if let Some(db) = self.database.take() {
             db.drop().await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Engine {
+    fn stop_workers(&mut self) {
+        for (_, child) in &mut self.workers {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.workers.clear();
+    }
+}
+
+/// A test that fails before `close` still leaves no worker process behind.
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop_workers();
     }
 }
