@@ -123,7 +123,7 @@ impl SqlStore {
         &self.migrated
     }
 
-    /// Runs the migrations again (idempotent); for tests and `afe migrate`.
+    /// Runs the migrations again (idempotent), as connecting does.
     pub async fn migrate(&self) -> Result<Migrated, StoreError> {
         migrate(&self.pool, self.dialect).await
     }
