@@ -37,6 +37,10 @@ enum Command {
         /// The config folder (every *.yaml file in it).
         #[arg(short = 'c', long = "config", default_value = ".")]
         config: PathBuf,
+        /// Read the folder as the cluster objects `kubectl apply` takes: custom resources and the
+        /// config's ConfigMap, whose keys are the prompts (the operator's source).
+        #[arg(long)]
+        objects: bool,
         /// Print the result as JSON on standard output.
         #[arg(long)]
         json: bool,
@@ -45,6 +49,9 @@ enum Command {
     Revision {
         #[arg(short = 'c', long = "config", default_value = ".")]
         config: PathBuf,
+        /// Read the folder as cluster objects (see `validate --objects`).
+        #[arg(long)]
+        objects: bool,
         /// Also print the normalized document that is hashed.
         #[arg(long)]
         explain: bool,
@@ -60,8 +67,16 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Validate { config, json } => validate(&config, json),
-        Command::Revision { config, explain } => revision(&config, explain),
+        Command::Validate {
+            config,
+            objects,
+            json,
+        } => validate(&config, objects, json),
+        Command::Revision {
+            config,
+            objects,
+            explain,
+        } => revision(&config, objects, explain),
         Command::Crdgen { out } => crdgen(&out),
         Command::Worker(args) => worker::run(*args),
     }
@@ -103,9 +118,14 @@ fn json_diagnostics(invalid: &InvalidConfig) -> Vec<JsonDiagnostic> {
         .collect()
 }
 
-/// Loads the folder and checks the pins of the AgentFlowEngines in it.
-fn load(dir: &Path) -> Result<(Config, Revision), InvalidConfig> {
-    let config = afe_config::load_folder(dir)?;
+/// Loads the folder (as files, or as cluster objects) and checks the pins of the
+/// AgentFlowEngines in it.
+fn load(dir: &Path, objects: bool) -> Result<(Config, Revision), InvalidConfig> {
+    let config = if objects {
+        afe_config::load_cluster_folder(dir)?
+    } else {
+        afe_config::load_folder(dir)?
+    };
     let revision = Revision::of(&config);
     let pins = revision.pin_problems(&config);
     if pins.is_empty() {
@@ -115,8 +135,8 @@ fn load(dir: &Path) -> Result<(Config, Revision), InvalidConfig> {
     }
 }
 
-fn validate(dir: &Path, json: bool) -> ExitCode {
-    let loaded = load(dir);
+fn validate(dir: &Path, objects: bool, json: bool) -> ExitCode {
+    let loaded = load(dir, objects);
     if json {
         let result = match &loaded {
             Ok((_, revision)) => JsonResult {
@@ -166,8 +186,8 @@ fn validate(dir: &Path, json: bool) -> ExitCode {
     }
 }
 
-fn revision(dir: &Path, explain: bool) -> ExitCode {
-    match load(dir) {
+fn revision(dir: &Path, objects: bool, explain: bool) -> ExitCode {
+    match load(dir, objects) {
         Ok((_, revision)) => {
             println!("{}", revision.hash);
             if explain {

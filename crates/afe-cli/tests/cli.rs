@@ -139,3 +139,25 @@ fn crdgen_into_a_place_it_cannot_write_says_so() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cannot write to /proc/afe-cannot-write-here"));
 }
+
+#[test]
+fn the_cluster_objects_validate_with_objects_and_hash_as_the_folder_does() {
+    let folder = afe(&["revision", "-c", "examples/afe/config"]);
+    let objects = afe(&["revision", "--objects", "-c", "examples/afe/cluster"]);
+    assert_eq!(objects.status.code(), Some(0), "{}", text(&objects.stderr));
+    assert_eq!(text(&objects.stdout), text(&folder.stdout));
+    let valid = afe(&["validate", "--objects", "-c", "examples/afe/cluster"]);
+    assert_eq!(valid.status.code(), Some(0), "{}", text(&valid.stderr));
+    // Read as a folder of files, the same objects are refused, and told about --objects.
+    let as_files = afe(&["validate", "-c", "examples/afe/cluster"]);
+    assert_eq!(as_files.status.code(), Some(3));
+    assert!(text(&as_files.stderr).contains("afe validate --objects"));
+    // A folder of objects needs exactly one ConfigMap.
+    let none = afe(&["validate", "--objects", "-c", "examples/afe/config"]);
+    assert_eq!(none.status.code(), Some(3));
+    assert!(
+        text(&none.stderr).contains("holds 0 ConfigMaps"),
+        "{}",
+        text(&none.stderr)
+    );
+}

@@ -12,7 +12,7 @@ use crate::document::Document;
 use crate::engine::AgentFlowEngineSpec;
 use crate::kinds::{AgentSpec, FlowSpec, PluginSpec, SchemaSpec};
 use crate::runtime::RuntimeSpec;
-use crate::source::{PromptSource, Read, read_folder, read_objects};
+use crate::source::{PromptSource, Read, read_cluster_folder, read_folder, read_objects};
 use crate::structure::{Kind, Object, Parsed};
 
 /// A valid config. Only [`load_folder`] and [`load_objects`] make one.
@@ -56,6 +56,40 @@ pub fn load_objects(
         &PromptSource::ConfigMap {
             name: config_map.to_string(),
             data: data.clone(),
+        },
+    )
+}
+
+/// Loads a folder of what `kubectl apply` takes (custom resources and exactly one ConfigMap, the
+/// config's source) as the operator reads the same objects from a cluster: prompts from the
+/// ConfigMap's keys, never from files.
+pub fn load_cluster_folder(dir: &Path) -> Result<Config, InvalidConfig> {
+    let (read, mut sources) = read_cluster_folder(dir);
+    if sources.len() != 1 {
+        let mut problems = read.problems;
+        problems.push(crate::diagnostic::Diagnostic {
+            code: CfgCode::Unreadable,
+            place: Place {
+                origin: crate::diagnostic::Origin::File(dir.to_path_buf()),
+                line_column: None,
+                path: String::new(),
+            },
+            message: format!(
+                "the folder holds {} ConfigMaps; a cluster's config comes from exactly one (spec.config.configMapRef)",
+                sources.len()
+            ),
+            help: "keep the config's ConfigMap in the folder, and only it".to_string(),
+        });
+        return Err(InvalidConfig {
+            diagnostics: problems,
+        });
+    }
+    let source = sources.remove(0);
+    assemble(
+        read,
+        &PromptSource::ConfigMap {
+            name: source.name,
+            data: source.data,
         },
     )
 }

@@ -25,7 +25,7 @@ mod structure;
 pub mod when;
 
 pub use checks::BUILTIN_TOOLS;
-pub use config::{Config, load_folder, load_objects};
+pub use config::{Config, load_cluster_folder, load_folder, load_objects};
 pub use diagnostic::{CfgCode, Diagnostic, InvalidConfig, Origin, Place};
 pub use revision::Revision;
 pub use structure::{Kind, Object};

@@ -56,7 +56,7 @@ impl PromptSource {
         match self {
             PromptSource::Folder(_) => Err((
                 "promptRef.configMapKey needs a ConfigMap: this config is a folder".to_string(),
-                "write promptRef: {file: PATH}, relative to the folder".to_string(),
+                "write promptRef: {file: PATH}, relative to the folder; or, if these are the objects you apply to a cluster with their ConfigMap, check them with `afe validate --objects`".to_string(),
             )),
             PromptSource::ConfigMap { name, data } => data.get(key).cloned().ok_or_else(|| {
                 (
@@ -197,4 +197,47 @@ pub fn read_objects(objects: &[Value], config_map: &str, data: &BTreeMap<String,
         );
     }
     read
+}
+
+/// The config's ConfigMap, as a folder of cluster objects holds it.
+#[derive(Debug)]
+pub struct SourceMap {
+    pub name: String,
+    pub data: BTreeMap<String, String>,
+}
+
+/// Reads a folder of what `kubectl apply` takes — custom resources and the config's ConfigMap —
+/// as the operator would read them from the cluster: the ConfigMap's keys are its prompts, and
+/// those ending in `.yaml` / `.yml` are manifests too. Problems keep their files and lines.
+pub fn read_cluster_folder(dir: &Path) -> (Read, Vec<SourceMap>) {
+    let mut read = read_folder(dir);
+    let (maps, documents): (Vec<Document>, Vec<Document>) = std::mem::take(&mut read.documents)
+        .into_iter()
+        .partition(|d| d.kind() == Some("ConfigMap"));
+    read.documents = documents;
+    let mut sources = Vec::new();
+    for map in maps {
+        let name = map.name().unwrap_or("").to_string();
+        let mut data = BTreeMap::new();
+        if let Some(entries) = map.value.get("data").and_then(Value::as_object) {
+            for (key, value) in entries {
+                match value.as_str() {
+                    Some(text) => {
+                        data.insert(key.clone(), text.to_string());
+                    }
+                    None => read.problems.push(map.diagnostic(
+                        CfgCode::InvalidValue,
+                        &format!("/data/{}", crate::document::escape(key)),
+                        format!("ConfigMap key {key:?} is not text"),
+                        "a ConfigMap's data values are strings".to_string(),
+                    )),
+                }
+            }
+        }
+        for (key, text) in data.iter().filter(|(k, _)| is_manifest_name(k)) {
+            read.text(Origin::Object(format!("ConfigMap/{name}[{key}]")), text);
+        }
+        sources.push(SourceMap { name, data });
+    }
+    (read, sources)
 }
