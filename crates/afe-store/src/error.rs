@@ -77,11 +77,6 @@ impl StoreError {
         }
     }
 
-    /// Whether waiting and trying again may succeed.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Unavailable { .. })
-    }
-
     /// Every code, for docs/errors.md.
     pub const CODES: [&'static str; 7] = [
         "AFE-STO-001",

@@ -96,7 +96,6 @@ CREATE TABLE afe_events (
 pub struct Migrated {
     /// The versions applied by this call (empty when the store was up to date).
     pub applied: Vec<i32>,
-    pub current: i32,
 }
 
 pub async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<Migrated, StoreError> {
@@ -164,8 +163,5 @@ pub async fn migrate(pool: &AnyPool, dialect: Dialect) -> Result<Migrated, Store
         applied.push(*version);
     }
     tx.commit().await?;
-    Ok(Migrated {
-        applied,
-        current: known,
-    })
+    Ok(Migrated { applied })
 }
