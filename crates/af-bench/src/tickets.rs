@@ -140,14 +140,7 @@ async fn store_only(store: Arc<SqlStore>, id: String) -> Result<()> {
         store
             .complete_node(
                 &lease,
-                Completion {
-                    node: node.into(),
-                    state: NodeState::Completed,
-                    output: json!({"node": node}),
-                    settlements: vec![],
-                    checkpoint: None,
-                    resume_token: node.into(),
-                },
+                Completion::output_only(node, json!({"node": node}), node),
             )
             .await?;
     }

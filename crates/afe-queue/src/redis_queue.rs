@@ -104,6 +104,23 @@ impl RedisQueue {
         }
     }
 
+    /// Runs a command on the consumer group. When Redis lost the group (a restart without its
+    /// data), the group is made again and the answer is `None`: nothing was read this time.
+    async fn in_group(
+        &self,
+        command: &redis::Cmd,
+        connection: &ConnectionManager,
+    ) -> Result<Option<Value>, QueueError> {
+        match command.query_async(&mut connection.clone()).await {
+            Ok(reply) => Ok(Some(reply)),
+            Err(err) if err.code() == Some("NOGROUP") => {
+                self.ensure_group().await?;
+                Ok(None)
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
     /// How often the entry has been delivered (XPENDING's count).
     async fn deliveries(&self, entry: &str) -> Result<u64, QueueError> {
         let reply: Value = redis::cmd("XPENDING")
@@ -128,23 +145,17 @@ impl RedisQueue {
 
     /// One entry idle past the threshold, now this consumer's.
     async fn reclaim(&self, consumer: &str) -> Result<Option<Delivery>, QueueError> {
-        let reply: Result<Value, redis::RedisError> = redis::cmd("XAUTOCLAIM")
+        let mut command = redis::cmd("XAUTOCLAIM");
+        command
             .arg(&self.stream)
             .arg(GROUP)
             .arg(consumer)
             .arg(self.settings.reclaim_after.as_millis() as u64)
             .arg("0-0")
             .arg("COUNT")
-            .arg(1)
-            .query_async(&mut self.commands.clone())
-            .await;
-        let reply = match reply {
-            // Redis lost the group (a restart without its data): make it again.
-            Err(err) if err.code() == Some("NOGROUP") => {
-                self.ensure_group().await?;
-                return Ok(None);
-            }
-            other => other?,
+            .arg(1);
+        let Some(reply) = self.in_group(&command, &self.commands).await? else {
+            return Ok(None);
         };
         let Value::Array(parts) = reply else {
             return Err(protocol("XAUTOCLAIM did not answer a list"));
@@ -168,7 +179,8 @@ impl RedisQueue {
         consumer: &str,
         wait: Duration,
     ) -> Result<Option<Delivery>, QueueError> {
-        let reply: Result<Value, redis::RedisError> = redis::cmd("XREADGROUP")
+        let mut command = redis::cmd("XREADGROUP");
+        command
             .arg("GROUP")
             .arg(GROUP)
             .arg(consumer)
@@ -178,15 +190,9 @@ impl RedisQueue {
             .arg(wait.as_millis().max(1) as u64)
             .arg("STREAMS")
             .arg(&self.stream)
-            .arg(">")
-            .query_async(&mut self.blocking.clone())
-            .await;
-        let reply = match reply {
-            Err(err) if err.code() == Some("NOGROUP") => {
-                self.ensure_group().await?;
-                return Ok(None);
-            }
-            other => other?,
+            .arg(">");
+        let Some(reply) = self.in_group(&command, &self.blocking).await? else {
+            return Ok(None);
         };
         let Value::Array(streams) = reply else {
             return Ok(None); // nil: nothing arrived in time

@@ -207,6 +207,20 @@ pub struct Completion {
     pub resume_token: String,
 }
 
+impl Completion {
+    /// A node completed with its output and nothing else: no paid call, no files written.
+    pub fn output_only(node: &str, output: Value, resume_token: &str) -> Completion {
+        Completion {
+            node: node.to_string(),
+            state: NodeState::Completed,
+            output,
+            settlements: Vec::new(),
+            checkpoint: None,
+            resume_token: resume_token.to_string(),
+        }
+    }
+}
+
 /// How a ticket ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finish {

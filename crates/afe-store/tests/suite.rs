@@ -116,14 +116,7 @@ async fn claims_are_exclusive_and_a_taken_over_lease_writes_nothing(store: &SqlS
     assert!(lost(store.heartbeat(&first, LONG).await));
     assert!(lost(store.start_node(&first, "n2").await));
     assert!(lost(store.reserve(&first, "n1", "p", 1).await));
-    let completion = Completion {
-        node: "n1".into(),
-        state: NodeState::Completed,
-        output: json!("stale"),
-        settlements: vec![],
-        checkpoint: None,
-        resume_token: "x".into(),
-    };
+    let completion = Completion::output_only("n1", json!("stale"), "x");
     assert!(lost(store.complete_node(&first, completion.clone()).await));
     assert!(lost(store.fail_node(&first, "n1", "x").await));
     assert!(lost(store.finish(&first, Finish::Done).await));
@@ -204,14 +197,7 @@ async fn a_node_completes_in_one_transaction_and_never_runs_again(store: &SqlSto
         Err(StoreError::InvalidState { .. })
     ));
     // A node cannot complete without having started; a settlement needs an open reservation.
-    let unstarted = Completion {
-        node: "n2".into(),
-        state: NodeState::Completed,
-        output: json!(1),
-        settlements: vec![],
-        checkpoint: None,
-        resume_token: "y".into(),
-    };
+    let unstarted = Completion::output_only("n2", json!(1), "y");
     assert!(matches!(
         store.complete_node(&lease, unstarted).await,
         Err(StoreError::InvalidState { .. })
@@ -396,17 +382,7 @@ async fn events_are_ordered_and_readable_from_any_position(store: &SqlStore) {
     for node in ["n1", "n2", "n3"] {
         store.start_node(&lease, node).await.unwrap();
         store
-            .complete_node(
-                &lease,
-                Completion {
-                    node: node.into(),
-                    state: NodeState::Completed,
-                    output: json!(node),
-                    settlements: vec![],
-                    checkpoint: None,
-                    resume_token: node.into(),
-                },
-            )
+            .complete_node(&lease, Completion::output_only(node, json!(node), node))
             .await
             .unwrap();
     }
