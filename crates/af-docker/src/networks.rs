@@ -67,6 +67,21 @@ pub async fn ensure(docker: &Docker, env: &EnvironmentId) -> Result<(String, Str
     Ok((internal, egress))
 }
 
+/// Where Docker picks the services' network's own addresses: the upper half of its /24 (126
+/// containers), leaving the lower half to addresses af fixes.
+const DYNAMIC_RANGE: &str = "128/25";
+
+/// Whether the services' network `name` keeps containers' own addresses out of the lower half (a
+/// network made by an earlier af does not): only then can instances be made before the sidecar
+/// takes its fixed address.
+pub async fn reserves_fixed_addresses(docker: &Docker, name: &str) -> Result<bool, DockerError> {
+    Ok(ipam(docker, name).await?.iter().any(|c| {
+        c.ip_range
+            .as_deref()
+            .is_some_and(|r| r.ends_with(DYNAMIC_RANGE))
+    }))
+}
+
 /// The services' network gets a subnet af chooses, so the sidecar can have a fixed address in it
 /// (Docker assigns fixed addresses only in subnets a user configured). Candidates are /24s of
 /// 10.213.0.0/16, starting at one derived from the environment id; one that overlaps an existing
@@ -82,7 +97,8 @@ async fn create_internal(
         .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
     let mut last_error = String::new();
     for attempt in 0..32u32 {
-        let subnet = format!("10.213.{}.0/24", (start + attempt) % 256);
+        let third = (start + attempt) % 256;
+        let subnet = format!("10.213.{third}.0/24");
         let request = NetworkCreateRequest {
             name: name.to_string(),
             driver: Some("bridge".to_string()),
@@ -91,6 +107,11 @@ async fn create_internal(
             ipam: Some(Ipam {
                 config: Some(vec![IpamConfig {
                     subnet: Some(subnet),
+                    // Containers' own addresses come from the upper half, so the sidecar's fixed
+                    // one (.2) is free even when instances are made before it.
+                    ip_range: Some(format!("10.213.{third}.{DYNAMIC_RANGE}")),
+                    // Given a range, Docker would put the gateway at its first address instead.
+                    gateway: Some(format!("10.213.{third}.1")),
                     ..Default::default()
                 }]),
                 ..Default::default()
@@ -154,19 +175,8 @@ impl Layout {
 /// A network's subnets and gateways. Docker reports each subnet's gateway; one it does not report
 /// is Docker's default, the subnet's first address.
 pub async fn layout(docker: &Docker, name: &str) -> Result<Layout, DockerError> {
-    let network = docker
-        .inspect_network(
-            name,
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
-        .await
-        .map_err(|e| platform(format!("inspecting network {name}"), e))?;
     let mut layout = Layout::default();
-    for config in network
-        .ipam
-        .and_then(|ipam| ipam.config)
-        .unwrap_or_default()
-    {
+    for config in ipam(docker, name).await? {
         let Some(subnet) = config.subnet else {
             continue;
         };
@@ -182,6 +192,15 @@ pub async fn layout(docker: &Docker, name: &str) -> Result<Layout, DockerError> 
 
 /// The subnets of a network, as CIDR text.
 pub async fn subnets(docker: &Docker, name: &str) -> Result<Vec<String>, DockerError> {
+    Ok(ipam(docker, name)
+        .await?
+        .into_iter()
+        .filter_map(|c| c.subnet)
+        .collect())
+}
+
+/// The address configuration of network `name`.
+async fn ipam(docker: &Docker, name: &str) -> Result<Vec<IpamConfig>, DockerError> {
     let network = docker
         .inspect_network(
             name,
@@ -192,8 +211,5 @@ pub async fn subnets(docker: &Docker, name: &str) -> Result<Vec<String>, DockerE
     Ok(network
         .ipam
         .and_then(|ipam| ipam.config)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|c| c.subnet)
-        .collect())
+        .unwrap_or_default())
 }

@@ -110,6 +110,18 @@ pub async fn create_and_start(
     body: ContainerCreateBody,
     also_on: &[&str],
 ) -> Result<(), DockerError> {
+    create(docker, name, body, also_on).await?;
+    start(docker, name).await
+}
+
+/// Creates container `name` from `body` and attaches it to `also_on` networks, without starting
+/// it: nothing of it runs yet.
+pub async fn create(
+    docker: &Docker,
+    name: &str,
+    body: ContainerCreateBody,
+    also_on: &[&str],
+) -> Result<(), DockerError> {
     let options = CreateContainerOptions {
         name: Some(name.to_string()),
         ..Default::default()
@@ -130,6 +142,11 @@ pub async fn create_and_start(
             .await
             .map_err(|e| platform(format!("attaching {name} to {network}"), e))?;
     }
+    Ok(())
+}
+
+/// Starts the created container `name`.
+pub async fn start(docker: &Docker, name: &str) -> Result<(), DockerError> {
     docker
         .start_container(
             name,
@@ -232,6 +249,81 @@ async fn collect(docker: &Docker, name: &str) -> Result<Finished, DockerError> {
             _ => {}
         }
     }
+    Ok(Finished {
+        exit_code,
+        stdout,
+        stderr,
+    })
+}
+
+/// Runs the engine binary with `args` inside `holder`, a running holder: in its namespaces, as its
+/// user, with its (absent) capabilities — exactly a workload's standing, without the create, start
+/// and remove of a container of its own (a third of the time). What it printed, and its exit code.
+pub async fn exec_in_holder(
+    docker: &Docker,
+    holder: &str,
+    args: &[String],
+) -> Result<Finished, DockerError> {
+    let what = || {
+        format!(
+            "running {} in {holder}",
+            args.first().map_or("", String::as_str)
+        )
+    };
+    // The engine binary is the holder's entrypoint, wherever an AF_PROXY_IMAGE keeps it.
+    let inspected = docker
+        .inspect_container(
+            holder,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .map_err(|e| platform(what(), e))?;
+    let mut cmd = inspected
+        .config
+        .and_then(|c| c.entrypoint)
+        .filter(|e| !e.is_empty())
+        .ok_or_else(|| platform(what(), "the holder has no entrypoint: not an engine image"))?;
+    cmd.extend(args.iter().cloned());
+    let created = docker
+        .create_exec(
+            holder,
+            bollard::models::ExecConfig {
+                cmd: Some(cmd),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| platform(what(), e))?;
+    let started = docker
+        .start_exec(&created.id, None::<bollard::exec::StartExecOptions>)
+        .await
+        .map_err(|e| platform(what(), e))?;
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    if let bollard::exec::StartExecResults::Attached { mut output, .. } = started {
+        while let Some(chunk) = output.next().await {
+            match chunk.map_err(|e| platform(what(), e))? {
+                LogOutput::StdOut { message } => {
+                    stdout.push_str(&String::from_utf8_lossy(&message));
+                }
+                LogOutput::StdErr { message } => {
+                    stderr.push_str(&String::from_utf8_lossy(&message));
+                }
+                _ => {}
+            }
+        }
+    }
+    let inspected = docker
+        .inspect_exec(&created.id)
+        .await
+        .map_err(|e| platform(what(), e))?;
+    let exit_code = inspected.exit_code.ok_or_else(|| {
+        platform(
+            what(),
+            "the daemon reported no exit code after the output ended",
+        )
+    })?;
     Ok(Finished {
         exit_code,
         stdout,

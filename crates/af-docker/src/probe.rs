@@ -34,21 +34,28 @@ pub fn target_args(platform_api_default: Option<String>) -> Vec<String> {
     args
 }
 
+/// The role of the probe's holder.
+const HOLDER_ROLE: &str = "probe-holder";
+
+/// The probe's holder container of `env`.
+pub fn holder(env: &EnvironmentId) -> String {
+    crate::names::container(env, HOLDER_ROLE)
+}
+
 /// Runs the probe as a service would run on `network`: in a holder's namespace with the refusal
 /// rules applied. `Ok` with the verdict when every route was denied; AF-RUN-043 naming each route
-/// that got out or could not be judged otherwise.
-pub async fn run(
+/// that got out or could not be judged otherwise. The probe's [`holder`] is left for the caller to
+/// remove, so that `up` need not wait for its removal before acting on the verdict.
+pub async fn judge(
     docker: &Docker,
     env: &EnvironmentId,
     image: &str,
     network: &str,
     targets: Vec<String>,
 ) -> Result<ContainmentSummary, DockerError> {
-    let holder = one_shot::start_holder(docker, env, "probe-holder", image, network).await?;
+    let holder = one_shot::start_holder(docker, env, HOLDER_ROLE, image, network).await?;
     let layout = networks::layout(docker, network).await?;
-    let result = run_in(docker, env, image, &holder, &layout, targets).await;
-    one_shot::remove(docker, &holder).await?;
-    result
+    run_in(docker, env, image, &holder, &layout, targets).await
 }
 
 /// Runs the probe in `holder`'s namespace, after the refusal rules for its network's `layout`.
@@ -60,12 +67,11 @@ pub async fn run_in(
     layout: &networks::Layout,
     targets: Vec<String>,
 ) -> Result<ContainmentSummary, DockerError> {
-    let joined = format!("container:{holder}");
     let refusal = OneShot {
         role: "probe-refusal".to_string(),
         image: image.to_string(),
         args: layout.refusal_args(),
-        network_mode: joined.clone(),
+        network_mode: format!("container:{holder}"),
         net_admin: true,
         ..Default::default()
     };
@@ -78,17 +84,20 @@ pub async fn run_in(
             .into(),
         ));
     }
+    judge_in_holder(docker, holder, targets).await
+}
+
+/// The probe in `holder` itself, whose refusal rules are applied: its namespace, its user, no
+/// capabilities — a service's standing. `up` runs it in the first instance holder it prepares,
+/// the very namespace a service will run in.
+pub async fn judge_in_holder(
+    docker: &Docker,
+    holder: &str,
+    targets: Vec<String>,
+) -> Result<ContainmentSummary, DockerError> {
     let mut args = vec!["probe".to_string()];
     args.extend(targets);
-    let spec = OneShot {
-        role: "probe".to_string(),
-        image: image.to_string(),
-        args,
-        network_mode: joined,
-        net_admin: false,
-        ..Default::default()
-    };
-    let finished = one_shot::run(docker, env, &spec).await?;
+    let finished = one_shot::exec_in_holder(docker, holder, &args).await?;
     let checked_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     af_runtime::judge_probe(
         &finished.stdout,

@@ -80,6 +80,32 @@ impl LocalRuntime {
     }
 }
 
+/// [`service::prepare`] for every instance of `services`, all at once; by (service, index). The
+/// holder of the first fresh instance ready goes to `first_fresh`; dropped unsent when none is.
+async fn prepare_instances<'s>(
+    docker: &Docker,
+    at: Placement<'_>,
+    services: impl Iterator<Item = &'s af_manifest::Service>,
+    images: &BTreeMap<String, String>,
+    first_fresh: Option<tokio::sync::oneshot::Sender<String>>,
+) -> Result<BTreeMap<(String, u32), service::Prepared>, DockerError> {
+    let first_fresh = &std::sync::Mutex::new(first_fresh);
+    let instances = services.flat_map(|service| (0..service.replicas).map(move |i| (service, i)));
+    let prepared =
+        futures_util::future::try_join_all(instances.map(|(service, index)| async move {
+            let instance =
+                service::prepare(docker, at, service, &images[&service.name], index).await?;
+            if let service::Prepared::Fresh { holder, .. } = &instance
+                && let Some(sender) = first_fresh.lock().ok().and_then(|mut s| s.take())
+            {
+                let _ = sender.send(holder.clone());
+            }
+            Ok::<_, DockerError>(((service.name.clone(), index), instance))
+        }))
+        .await?;
+    Ok(prepared.into_iter().collect())
+}
+
 #[async_trait]
 impl Runtime for LocalRuntime {
     fn capabilities(&self) -> &Capabilities {
@@ -152,26 +178,49 @@ impl Runtime for LocalRuntime {
         {
             targets.extend(["--platform-api".to_string(), api]);
         }
-        let containment = af_runtime::run_step(
+        let manifest = &environment.manifest;
+        let no_proxy = af_runtime::no_proxy(manifest.services.keys().map(String::as_str));
+        let placement = Placement {
+            env,
+            engine_image: &image,
+            internal: &internal,
+            layout: &layout,
+            sidecar_ip: sidecar::address(docker, &internal)
+                .await
+                .map_err(RuntimeError::from)?,
+            gate_targets: &targets,
+            no_proxy: &no_proxy,
+        };
+        // The probe runs in the first instance holder made ready (refusal rules applied, nothing of
+        // the service started), else — every instance already running — in a holder of its own.
+        let (first_fresh, first_fresh_holder) = tokio::sync::oneshot::channel::<String>();
+        let probe = af_runtime::run_step(
             progress,
             Step::Probe,
             "every escape route, under a service's rules",
-            probe::run(docker, env, &image, &internal, targets.clone()),
-        )
-        .await?;
-        probe::record(docker, env, &image, &containment).await?;
-        let manifest = &environment.manifest;
+            async {
+                match first_fresh_holder.await {
+                    Ok(holder) => probe::judge_in_holder(docker, &holder, targets.clone()).await,
+                    Err(_) => probe::judge(docker, env, &image, &internal, targets.clone()).await,
+                }
+            },
+        );
+        // What runs no workload code and needs no sidecar — each instance's holder and refusal
+        // rules, its application container created but not started, the sidecar created but not
+        // started — is made while the probe runs; nothing that could reach out starts before the
+        // verdict. A network made by an earlier af does not keep the sidecar's address free, so
+        // there each wave's instances are prepared in turn, after the sidecar.
+        let early = networks::reserves_fixed_addresses(docker, &internal)
+            .await
+            .map_err(RuntimeError::from)?;
+        let images = &images;
         let webhooks: Vec<(String, u16)> = manifest
             .services
             .values()
             .filter_map(|s| s.port.map(|p| (s.name.clone(), p)))
             .collect();
-        let changed = std::sync::atomic::AtomicBool::new(false);
-        let (sidecar, sidecar_created) = af_runtime::run_step(
-            progress,
-            Step::Sidecar,
-            "the egress sidecar",
-            sidecar::start(
+        let prepare_sidecar = || {
+            sidecar::prepare(
                 docker,
                 env,
                 &image,
@@ -179,97 +228,177 @@ impl Runtime for LocalRuntime {
                 &egress,
                 &manifest.egress,
                 &webhooks,
-            ),
-        )
-        .await?;
-        changed.store(sidecar_created, std::sync::atomic::Ordering::Relaxed);
-        let no_proxy = af_runtime::no_proxy(manifest.services.keys().map(String::as_str));
-        let placement = Placement {
-            env,
-            engine_image: &image,
-            internal: &internal,
-            layout: &layout,
-            sidecar: &sidecar,
-            gate_targets: &targets,
-            no_proxy: &no_proxy,
+            )
         };
-        // Services of one wave depend only on earlier waves, so each wave starts at once.
-        let (images, egress, changed) = (&images, &egress, &changed);
-        for wave in manifest.services_in_start_waves() {
-            futures_util::future::try_join_all(wave.into_iter().map(|service| async move {
-                let image = &images[&service.name];
-                // A service whose instances all run as specified has had its migration; one that is
-                // (re)created gets it first, once.
-                if let Some(command) = &service.migrate
-                    && !service::is_current(docker, placement, service, image)
-                        .await
-                        .map_err(RuntimeError::from)?
-                {
-                    let detail = format!("{} ({})", service.name, command.join(" "));
-                    af_runtime::run_step(
-                        progress,
-                        Step::Migrations,
-                        &detail,
-                        service::migrate(docker, placement, service, image, command),
-                    )
-                    .await?;
-                    changed.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-                let detail = format!(
-                    "{} ({} instance{})",
-                    service.name,
-                    service.replicas,
-                    if service.replicas == 1 { "" } else { "s" }
-                );
-                let detail = &detail;
-                af_runtime::run_step(progress, Step::Services, detail, async {
-                    // Instances are independent of each other: all start at once.
-                    let addresses = futures_util::future::try_join_all((0..service.replicas).map(
-                        |index| async move {
-                            let (instance, created) =
-                                service::start(docker, placement, service, image, index).await?;
-                            changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
-                            if let Some(port) = service.port {
-                                progress.emit(ProgressEvent::Waiting {
-                                    step: Step::Readiness,
-                                    within: detail.clone(),
-                                    on: format!("{} port {port}", instance.app),
-                                    elapsed: Duration::ZERO,
-                                });
-                                service::wait_ready(
-                                    docker,
-                                    &instance,
-                                    port,
-                                    service.health_path.as_deref(),
-                                    READINESS_TIMEOUT,
-                                )
-                                .await?;
-                            }
-                            Ok::<_, DockerError>(instance.ip)
-                        },
-                    ))
-                    .await?;
-                    if let (true, Some(port)) = (service.web, service.port) {
-                        let (url, created) = ingress::start(
+        let (containment, prepared, sidecar) = if early {
+            let preparing = af_runtime::run_step(
+                progress,
+                Step::Preparation,
+                "the sidecar and every instance's namespace, refusal rules and container, created while the probe runs (none starts before its verdict)",
+                async {
+                    let (sidecar, instances) = tokio::join!(
+                        prepare_sidecar(),
+                        prepare_instances(
                             docker,
                             placement,
-                            egress,
-                            &service.name,
-                            port,
-                            &addresses,
+                            manifest.services.values(),
+                            images,
+                            Some(first_fresh)
+                        )
+                    );
+                    Ok::<_, DockerError>((sidecar?, instances?))
+                },
+            );
+            let (containment, prepared) = tokio::join!(probe, preparing);
+            match prepared {
+                Ok((sidecar, instances)) => (containment, Ok(instances), Some(sidecar)),
+                Err(err) => (containment, Err(err), None),
+            }
+        } else {
+            drop(first_fresh);
+            (probe.await, Ok(BTreeMap::new()), None)
+        };
+        let probe_holder = probe::holder(env);
+        let containment = match containment {
+            Ok(verdict) => verdict,
+            Err(refused) => {
+                one_shot::remove(docker, &probe_holder)
+                    .await
+                    .map_err(RuntimeError::from)?;
+                return Err(refused);
+            }
+        };
+        let mut prepared = prepared?;
+        let changed = std::sync::atomic::AtomicBool::new(false);
+        // The probe's holder goes and the verdict is kept while the sidecar starts.
+        let starting_sidecar = async {
+            let prepared = match sidecar {
+                Some(prepared) => prepared,
+                None => prepare_sidecar().await?,
+            };
+            sidecar::start_prepared(docker, prepared).await
+        };
+        let (removed, recorded, sidecar) = tokio::join!(
+            one_shot::remove(docker, &probe_holder),
+            probe::record(docker, env, &image, &containment),
+            af_runtime::run_step(
+                progress,
+                Step::Sidecar,
+                "the egress sidecar",
+                starting_sidecar
+            )
+        );
+        removed?;
+        recorded?;
+        let (sidecar, sidecar_created) = sidecar?;
+        if sidecar.internal_ip != placement.sidecar_ip {
+            return Err(RuntimeError::platform_failed(
+                "placing the sidecar",
+                format!(
+                    "it has address {} where af fixes {}; run `af down` and `af up` to make the environment again",
+                    sidecar.internal_ip, placement.sidecar_ip
+                ),
+            ));
+        }
+        changed.store(sidecar_created, std::sync::atomic::Ordering::Relaxed);
+        // Services of one wave depend only on earlier waves, so each wave starts at once.
+        let (egress, changed) = (&egress, &changed);
+        for wave in manifest.services_in_start_waves() {
+            if !early {
+                prepared.extend(
+                    prepare_instances(docker, placement, wave.iter().copied(), images, None)
+                        .await
+                        .map_err(RuntimeError::from)?,
+                );
+            }
+            let mut wave_prepared: Vec<Vec<service::Prepared>> = Vec::new();
+            for service in &wave {
+                wave_prepared.push(
+                    (0..service.replicas)
+                        .map(|index| prepared.remove(&(service.name.clone(), index)))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| {
+                            RuntimeError::platform_failed(
+                                format!("starting {}", service.name),
+                                "an instance was not prepared",
+                            )
+                        })?,
+                );
+            }
+            futures_util::future::try_join_all(wave.into_iter().zip(wave_prepared).map(
+                |(service, instances)| async move {
+                    let image = &images[&service.name];
+                    // A service whose instances all run as specified has had its migration; one
+                    // that is (re)created gets it first, once.
+                    if let Some(command) = &service.migrate
+                        && !instances.iter().all(service::Prepared::is_current)
+                    {
+                        let detail = format!("{} ({})", service.name, command.join(" "));
+                        af_runtime::run_step(
+                            progress,
+                            Step::Migrations,
+                            &detail,
+                            service::migrate(docker, placement, service, image, command),
                         )
                         .await?;
-                        changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
-                        progress.emit(ProgressEvent::Url {
-                            service: service.name.clone(),
-                            url,
-                        });
+                        changed.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
-                    Ok::<_, DockerError>(())
-                })
-                .await?;
-                Ok::<(), RuntimeError>(())
-            }))
+                    let detail = format!(
+                        "{} ({} instance{})",
+                        service.name,
+                        service.replicas,
+                        if service.replicas == 1 { "" } else { "s" }
+                    );
+                    let detail = &detail;
+                    af_runtime::run_step(progress, Step::Services, detail, async {
+                        // Instances are independent of each other: all start at once.
+                        let addresses = futures_util::future::try_join_all(
+                            instances.into_iter().map(|prepared| async move {
+                                let (instance, created) =
+                                    service::start(docker, placement, service, prepared).await?;
+                                changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
+                                if let Some(port) = service.port {
+                                    progress.emit(ProgressEvent::Waiting {
+                                        step: Step::Readiness,
+                                        within: detail.clone(),
+                                        on: format!("{} port {port}", instance.app),
+                                        elapsed: Duration::ZERO,
+                                    });
+                                    service::wait_ready(
+                                        docker,
+                                        &instance,
+                                        port,
+                                        service.health_path.as_deref(),
+                                        READINESS_TIMEOUT,
+                                    )
+                                    .await?;
+                                }
+                                Ok::<_, DockerError>(instance.ip)
+                            }),
+                        )
+                        .await?;
+                        if let (true, Some(port)) = (service.web, service.port) {
+                            let (url, created) = ingress::start(
+                                docker,
+                                placement,
+                                egress,
+                                &service.name,
+                                port,
+                                &addresses,
+                            )
+                            .await?;
+                            changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
+                            progress.emit(ProgressEvent::Url {
+                                service: service.name.clone(),
+                                url,
+                            });
+                        }
+                        Ok::<_, DockerError>(())
+                    })
+                    .await?;
+                    Ok::<(), RuntimeError>(())
+                },
+            ))
             .await?;
         }
         // Instances the manifest no longer has (a service removed, replicas lowered) go.

@@ -3,6 +3,7 @@
 //! refusal rules, the startup gate, and only then the application container joining it.
 
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use af_manifest::{EnvValue, EnvironmentId, Service};
@@ -12,7 +13,7 @@ use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, Network
 
 use crate::error::{DockerError, platform};
 use crate::one_shot::{self, OneShot};
-use crate::sidecar::{DNS_PORT, PROXY_PORT, Sidecar};
+use crate::sidecar::{DNS_PORT, PROXY_PORT};
 use crate::{names, schedule, sidecar};
 
 /// A running instance.
@@ -32,7 +33,9 @@ pub struct Placement<'a> {
     pub internal: &'a str,
     /// The services' network: its subnets and the platform's own addresses in them.
     pub layout: &'a crate::networks::Layout,
-    pub sidecar: &'a Sidecar,
+    /// The sidecar's address on the services' network (fixed before the sidecar exists, so
+    /// instances can be prepared while the probe runs).
+    pub sidecar_ip: Ipv4Addr,
     pub gate_targets: &'a [String],
     /// The `NO_PROXY` list every service gets: loopback and the environment's service names.
     pub no_proxy: &'a str,
@@ -50,7 +53,7 @@ pub fn roles(service: &str, index: u32) -> (String, String) {
 /// that enforces eventually (a CNI on Kubernetes); here nothing is eventual: the internal
 /// network is fixed when created, and the refusal rules are applied, and checked applied, before
 /// the gate starts. The rounds are still three, each trying every route.
-const GATE_INTERVAL_MS: &str = "100";
+const GATE_INTERVAL_MS: &str = "50";
 
 /// The environment a service's process gets: its own variables (references resolved from af's
 /// environment), then the proxy settings, which always point at the sidecar.
@@ -88,12 +91,9 @@ pub fn environment(
 
 /// [`environment`] for `service` placed at `at`, references read from af's own environment.
 fn environment_at(at: Placement<'_>, service: &Service) -> Result<Vec<String>, DockerError> {
-    environment(
-        service,
-        &at.sidecar.internal_ip.to_string(),
-        at.no_proxy,
-        |name| std::env::var(name).ok(),
-    )
+    environment(service, &at.sidecar_ip.to_string(), at.no_proxy, |name| {
+        std::env::var(name).ok()
+    })
 }
 
 /// Everything an instance is made from, as a digest; unchanged, a second `up` keeps the instance as
@@ -108,7 +108,7 @@ fn instance_spec(
         image,
         at.engine_image,
         at.internal,
-        &at.sidecar.internal_ip.to_string(),
+        &at.sidecar_ip.to_string(),
         &format!(
             "{:?} {:?} {:?} {:?} {:?}",
             service.command,
@@ -125,10 +125,10 @@ fn instance_spec(
     ])
 }
 
-/// Makes a pod's network namespace ready for a workload: the holder (on the services' network,
-/// resolving through the sidecar, reachable as `alias`), the refusal rules, and the startup gate.
-/// Returns the `container:<holder>` network mode the workload joins.
-async fn pod(
+/// The first half of a pod, which needs nothing of the sidecar but its address: the holder (on the
+/// services' network, resolving through the sidecar, reachable as `alias`) and the refusal rules.
+/// Returns the `container:<holder>` network mode.
+async fn hold_with_rules(
     docker: &Docker,
     at: Placement<'_>,
     holder: &str,
@@ -137,8 +137,7 @@ async fn pod(
     spec: &str,
 ) -> Result<String, DockerError> {
     let holder = holder.to_string();
-    let sidecar_ip = at.sidecar.internal_ip.to_string();
-    let workload = alias.unwrap_or(holder_role);
+    let sidecar_ip = at.sidecar_ip.to_string();
     let body = ContainerCreateBody {
         image: Some(at.engine_image.to_string()),
         cmd: Some(vec!["hold".to_string()]),
@@ -187,6 +186,19 @@ async fn pod(
         ));
     }
 
+    Ok(joined)
+}
+
+/// The startup gate, in `holder` itself (its namespace, its user, no capabilities): every route
+/// refused, the sidecar answering. Needs the sidecar running. A refusal is AF-RUN-043 naming
+/// `workload`'s gate and its reason.
+async fn gate(
+    docker: &Docker,
+    at: Placement<'_>,
+    holder: &str,
+    workload: &str,
+) -> Result<(), DockerError> {
+    let sidecar_ip = at.sidecar_ip.to_string();
     let mut gate = vec![
         "gate".to_string(),
         "--sidecar-proxy".to_string(),
@@ -199,15 +211,7 @@ async fn pod(
         GATE_INTERVAL_MS.to_string(),
     ];
     gate.extend(at.gate_targets.iter().cloned());
-    let gate = OneShot {
-        role: format!("{holder_role}-gate"),
-        image: at.engine_image.to_string(),
-        args: gate,
-        network_mode: joined.clone(),
-        net_admin: false,
-        ..Default::default()
-    };
-    let verdict = one_shot::run(docker, at.env, &gate).await?;
+    let verdict = one_shot::exec_in_holder(docker, holder, &gate).await?;
     if verdict.exit_code != 0 {
         let reason: serde_json::Value =
             serde_json::from_str(verdict.stdout.lines().last().unwrap_or_default())
@@ -225,33 +229,49 @@ async fn pod(
             .into(),
         ));
     }
-
-    Ok(joined)
+    Ok(())
 }
 
-/// Starts instance `index` of `service` from `image` (its `image:`, or the one built from its
-/// `build:` context).
-pub async fn start(
+/// An instance after [`prepare`].
+#[derive(Clone, Debug)]
+pub enum Prepared {
+    /// It already runs exactly as specified: nothing to do.
+    Current(Instance),
+    /// A new holder with the refusal rules applied, and the application created in its namespace,
+    /// not started: the gate, then starting it, are next.
+    Fresh { holder: String, app: String },
+}
+
+impl Prepared {
+    pub fn is_current(&self) -> bool {
+        matches!(self, Prepared::Current(_))
+    }
+}
+
+/// The part of instance `index` of `service` that runs no workload code and needs no sidecar: a
+/// running instance that matches its specification is kept; otherwise it is replaced by a fresh
+/// holder with the refusal rules and an application container created, not started. `up` does
+/// this for every instance while the probe runs.
+pub async fn prepare(
     docker: &Docker,
     at: Placement<'_>,
     service: &Service,
     image: &str,
     index: u32,
-) -> Result<(Instance, bool), DockerError> {
+) -> Result<Prepared, DockerError> {
     let (holder_role, app_role) = roles(&service.name, index);
     let holder = names::container(at.env, &holder_role);
     let app = names::container(at.env, &app_role);
-    let environment = environment_at(at, service)?;
-    let spec = instance_spec(at, service, image, &environment);
+    let spec = instance_spec(at, service, image, &environment_at(at, service)?);
     if one_shot::running_with_spec(docker, &app, at.env, &spec).await?
         && one_shot::running_with_spec(docker, &holder, at.env, &spec).await?
     {
         let ip = sidecar::address_on(docker, &holder, at.internal).await?;
-        return Ok((Instance { holder, app, ip }, false));
+        return Ok(Prepared::Current(Instance { holder, app, ip }));
     }
     one_shot::clear(docker, &app, at.env).await?;
     one_shot::clear(docker, &holder, at.env).await?;
-    let joined = pod(
+    let joined = hold_with_rules(
         docker,
         at,
         &holder,
@@ -260,7 +280,42 @@ pub async fn start(
         &spec,
     )
     .await?;
+    create_app(docker, at, service, image, index, joined, &spec).await?;
+    Ok(Prepared::Fresh { holder, app })
+}
 
+/// Starts instance `index` of `service` once [`prepare`]d: the startup gate, then the
+/// application. `true` when something was created.
+pub async fn start(
+    docker: &Docker,
+    at: Placement<'_>,
+    service: &Service,
+    prepared: Prepared,
+) -> Result<(Instance, bool), DockerError> {
+    let (holder, app) = match prepared {
+        Prepared::Current(instance) => return Ok((instance, false)),
+        Prepared::Fresh { holder, app } => (holder, app),
+    };
+    gate(docker, at, &holder, &service.name).await?;
+    one_shot::start(docker, &app).await?;
+    let ip = sidecar::address_on(docker, &holder, at.internal).await?;
+    Ok((Instance { holder, app, ip }, true))
+}
+
+/// Creates (without starting) the application container of instance `index` of `service` from
+/// `image` (its `image:`, or the one built from its `build:` context), in the namespace `joined`.
+async fn create_app(
+    docker: &Docker,
+    at: Placement<'_>,
+    service: &Service,
+    image: &str,
+    index: u32,
+    joined: String,
+    spec: &str,
+) -> Result<(), DockerError> {
+    let (_, app_role) = roles(&service.name, index);
+    let app = names::container(at.env, &app_role);
+    let environment = environment_at(at, service)?;
     let resources = &service.resources;
     // A scheduled service runs the engine's scheduler around its own command.
     let (entrypoint, cmd, volume) = match &service.cron {
@@ -301,7 +356,7 @@ pub async fn start(
             let mut labels = names::labels(at.env, &app_role);
             labels.insert(names::SERVICE_LABEL.to_string(), service.name.clone());
             labels.insert(names::INSTANCE_LABEL.to_string(), index.to_string());
-            labels.insert(names::SPEC_LABEL.to_string(), spec.clone());
+            labels.insert(names::SPEC_LABEL.to_string(), spec.to_string());
             labels.insert(
                 names::REPLICAS_LABEL.to_string(),
                 service.replicas.to_string(),
@@ -311,9 +366,7 @@ pub async fn start(
         host_config: Some(host_config),
         ..Default::default()
     };
-    one_shot::create_and_start(docker, &app, body, &[]).await?;
-    let ip = sidecar::address_on(docker, &holder, at.internal).await?;
-    Ok((Instance { holder, app, ip }, true))
+    one_shot::create(docker, &app, body, &[]).await
 }
 
 /// Runs the service's `migrate` command once, to completion, before its instances start: in a pod
@@ -331,7 +384,8 @@ pub async fn migrate(
     let holder = names::container(at.env, &holder_role);
     one_shot::clear(docker, &holder, at.env).await?;
     let env = environment_at(at, service)?;
-    let joined = pod(docker, at, &holder, &holder_role, None, "migration").await?;
+    let joined = hold_with_rules(docker, at, &holder, &holder_role, None, "migration").await?;
+    gate(docker, at, &holder, &holder_role).await?;
     let spec = OneShot {
         role: format!("{}-migrate", service.name),
         image: image.to_string(),
@@ -365,25 +419,6 @@ pub async fn migrate(
     Ok(())
 }
 
-/// Whether every instance of `service` already runs as specified (so its migration has run).
-pub async fn is_current(
-    docker: &Docker,
-    at: Placement<'_>,
-    service: &Service,
-    image: &str,
-) -> Result<bool, DockerError> {
-    let spec = instance_spec(at, service, image, &environment_at(at, service)?);
-    for index in 0..service.replicas {
-        let (_, app_role) = roles(&service.name, index);
-        if !one_shot::running_with_spec(docker, &names::container(at.env, &app_role), at.env, &spec)
-            .await?
-        {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
 /// Whether `target` is ready: its port accepts a connection, or — with a health path — it answers
 /// an HTTP GET for it with any status. Locally any status counts, including a 500: readiness here
 /// means the process is listening and routing (Kubernetes, which decides readiness itself, counts
@@ -413,6 +448,8 @@ pub async fn wait_ready(
 ) -> Result<(), DockerError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let target = format!("{}:{port}", instance.ip);
+    // Most processes listen within a few milliseconds of starting: ask again soon, then less often.
+    let mut pause = Duration::from_millis(10);
     loop {
         if tokio::time::timeout(Duration::from_millis(1000), answers(&target, health_path))
             .await
@@ -444,7 +481,8 @@ pub async fn wait_ready(
                 format!("port {port} did not open within {}s", timeout.as_secs()),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
     }
 }
 

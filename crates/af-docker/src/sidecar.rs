@@ -131,25 +131,10 @@ webhooks: {{{webhooks}}}
     ))
 }
 
-/// Starts (replacing a leftover of ours) the sidecar of `env`.
-pub async fn start(
-    docker: &Docker,
-    env: &EnvironmentId,
-    image: &str,
-    internal: &str,
-    egress: &str,
-    policy: &EgressPolicy,
-    webhooks: &[(String, u16)],
-) -> Result<(Sidecar, bool), DockerError> {
-    let name = names::container(env, "sidecar");
-    let policy_text = serde_json::to_string(policy)
-        .map_err(|e| platform("writing the sidecar configuration", e))?;
-    let webhook_text = format!("{webhooks:?}");
-    let spec = names::spec_digest(&[image, internal, egress, &policy_text, &webhook_text]);
-    if one_shot::running_with_spec(docker, &name, env, &spec).await? {
-        return Ok((find(docker, env).await?, false));
-    }
-    one_shot::clear(docker, &name, env).await?;
+/// The sidecar's address on the services' network `internal`: host .2 of its subnet (the gateway
+/// is .1). Fixed before the sidecar exists; the network keeps containers' own addresses out of
+/// the lower half ([`networks::reserves_fixed_addresses`]).
+pub async fn address(docker: &Docker, internal: &str) -> Result<Ipv4Addr, DockerError> {
     let subnet = networks::subnets(docker, internal)
         .await?
         .into_iter()
@@ -160,13 +145,78 @@ pub async fn start(
                 "it has no IPv4 subnet",
             )
         })?;
-    // The gateway is .1; the sidecar is created first, so .2 is free.
-    let internal_ip = host_in(&subnet, 2).ok_or_else(|| {
+    host_in(&subnet, 2).ok_or_else(|| {
         platform(
             format!("choosing the sidecar's address in {subnet}"),
             "the subnet is too small",
         )
-    })?;
+    })
+}
+
+/// The sidecar after [`prepare`].
+#[derive(Debug)]
+pub enum Prepared {
+    /// It already runs exactly as specified.
+    Running(Sidecar),
+    /// Created (replacing a leftover of ours) on both networks, not started.
+    Created {
+        name: String,
+        internal_ip: Ipv4Addr,
+        token: String,
+        egress: String,
+    },
+}
+
+/// Starts a [`prepare`]d sidecar; `true` when it was (re)created.
+pub async fn start_prepared(
+    docker: &Docker,
+    prepared: Prepared,
+) -> Result<(Sidecar, bool), DockerError> {
+    match prepared {
+        Prepared::Running(sidecar) => Ok((sidecar, false)),
+        Prepared::Created {
+            name,
+            internal_ip,
+            token,
+            egress,
+        } => {
+            one_shot::start(docker, &name).await?;
+            let egress_ip = address_on(docker, &name, &egress).await?;
+            Ok((
+                Sidecar {
+                    container: name,
+                    internal_ip,
+                    control: format!("{egress_ip}:{CONTROL_PORT}"),
+                    token,
+                },
+                true,
+            ))
+        }
+    }
+}
+
+/// Everything of the sidecar but starting it: kept when it runs as specified, else created (on the
+/// services' network at its fixed address, and on the egress network) and left stopped. `up`
+/// does this while the probe runs; the sidecar starts after the verdict.
+pub async fn prepare(
+    docker: &Docker,
+    env: &EnvironmentId,
+    image: &str,
+    internal: &str,
+    egress: &str,
+    policy: &EgressPolicy,
+    webhooks: &[(String, u16)],
+) -> Result<Prepared, DockerError> {
+    let name = names::container(env, "sidecar");
+    let policy_text = serde_json::to_string(policy)
+        .map_err(|e| platform("writing the sidecar configuration", e))?;
+    let webhook_text = format!("{webhooks:?}");
+    let spec = names::spec_digest(&[image, internal, egress, &policy_text, &webhook_text]);
+    if one_shot::running_with_spec(docker, &name, env, &spec).await? {
+        return Ok(Prepared::Running(find(docker, env).await?));
+    }
+    one_shot::clear(docker, &name, env).await?;
+    let internal_ip = address(docker, internal).await?;
     let token = af_egress::config::new_control_token()
         .map_err(|e| platform("making the control token", e))?;
     let body = ContainerCreateBody {
@@ -212,15 +262,13 @@ pub async fn start(
         }),
         ..Default::default()
     };
-    one_shot::create_and_start(docker, &name, body, &[egress]).await?;
-    let egress_ip = address_on(docker, &name, egress).await?;
-    let sidecar = Sidecar {
-        container: name,
+    one_shot::create(docker, &name, body, &[egress]).await?;
+    Ok(Prepared::Created {
+        name,
         internal_ip,
-        control: format!("{egress_ip}:{CONTROL_PORT}"),
         token,
-    };
-    Ok((sidecar, true))
+        egress: egress.to_string(),
+    })
 }
 
 /// A container's address on a network.

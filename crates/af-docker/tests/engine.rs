@@ -94,9 +94,11 @@ async fn the_probe_sees_every_route_denied_and_refuses_a_leaky_setup_naming_the_
     one_shot::remove(&docker, &holder).await.unwrap();
 
     // The services' network, under exactly a service's rules: every route denied.
-    let summary = probe::run(&docker, &env, &image, &internal, targets())
+    let judged = probe::judge(&docker, &env, &image, &internal, targets()).await;
+    one_shot::remove(&docker, &probe::holder(&env))
         .await
-        .expect("contained on the internal network");
+        .unwrap();
+    let summary = judged.expect("contained on the internal network");
     assert!(summary.contained);
     assert_eq!(summary.routes.len(), 5);
     assert!(
@@ -208,7 +210,7 @@ async fn a_foreign_container_with_our_name_is_refused_and_left_alone() {
         .await
         .unwrap();
     let (internal, egress) = networks::ensure(&docker, &env).await.unwrap();
-    let refused = af_docker::sidecar::start(
+    let refused = af_docker::sidecar::prepare(
         &docker,
         &env,
         &image,

@@ -8,9 +8,9 @@
 //! no image but the one `up` builds. Every escape route points at test hosts (TEST-NET addresses
 //! that nothing on this machine answers, refused inside the service's namespace).
 
-use af_docker::{LocalRuntime, engine_image, teardown};
+use af_docker::{LocalRuntime, engine_image, names, teardown};
 use af_manifest::EnvironmentId;
-use af_runtime::{Environment, ProgressEvent, ProgressSink, Runtime};
+use af_runtime::{Environment, ProgressEvent, ProgressSink, Runtime, Step};
 
 struct Collect(std::sync::Mutex<Vec<ProgressEvent>>);
 
@@ -18,6 +18,11 @@ impl ProgressSink for Collect {
     fn emit(&self, event: ProgressEvent) {
         self.0.lock().unwrap().push(event);
     }
+}
+
+/// Where the first event matching `wanted` is among those collected.
+fn position(collected: &Collect, wanted: impl Fn(&ProgressEvent) -> bool) -> Option<usize> {
+    collected.0.lock().unwrap().iter().position(wanted)
 }
 
 /// The ids of the environment's running containers (the probe's come and go, and the record of
@@ -164,9 +169,39 @@ async fn up_status_and_down_of_a_whole_environment() {
         })
         .collect();
     assert_eq!(
-        &steps[..5],
-        ["Images", "Networks", "Probe", "Sidecar", "Services"],
+        &steps[..6],
+        [
+            "Images",
+            "Networks",
+            "Probe",
+            "Preparation",
+            "Sidecar",
+            "Services"
+        ],
         "the order the guarantee needs"
+    );
+    // The preparation runs beside the probe; the sidecar starts only after the probe's verdict.
+    let finished_probe = position(&progress, |e| {
+        matches!(
+            e,
+            ProgressEvent::StepFinished {
+                step: Step::Probe,
+                ..
+            }
+        )
+    });
+    let started_sidecar = position(&progress, |e| {
+        matches!(
+            e,
+            ProgressEvent::StepStarted {
+                step: Step::Sidecar,
+                ..
+            }
+        )
+    });
+    assert!(
+        matches!((finished_probe, started_sidecar), (Some(p), Some(s)) if p < s),
+        "the sidecar must start after the probe's verdict: {finished_probe:?} {started_sidecar:?}"
     );
     assert_eq!(steps.last().map(String::as_str), Some("Teardown"));
     assert!(
@@ -319,6 +354,18 @@ async fn migrations_run_once_first_and_a_failure_stops_up() {
     };
     let failed = runtime.up(&failing, &Collect(Default::default())).await;
     let status = runtime.status(&bad).await.unwrap();
+    let never_started = docker
+        .inspect_container(
+            &names::container(&bad, "web-0"),
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .ok()
+        .and_then(|c| c.state)
+        .map(|s| {
+            s.started_at
+                .is_none_or(|t| t.is_empty() || t.starts_with("0001-01-01"))
+        });
     runtime
         .down(&bad, &Collect(Default::default()))
         .await
@@ -330,9 +377,15 @@ async fn migrations_run_once_first_and_a_failure_stops_up() {
         err.to_string().contains("no-such-migration"),
         "its last lines are shown: {err}"
     );
+    // Its instance was prepared (created while the probe ran) but never started.
     assert!(
-        status.services.is_empty(),
+        status.services.iter().all(|s| s.ready == 0),
         "the service never started: {status:?}"
+    );
+    assert_eq!(
+        never_started,
+        Some(true),
+        "the application container was created and never started"
     );
 }
 

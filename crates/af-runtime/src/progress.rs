@@ -15,6 +15,8 @@ pub enum Step {
     Networks,
     Policies,
     Probe,
+    /// What runs no workload code and needs no way out, made while the probe runs.
+    Preparation,
     Sidecar,
     Migrations,
     Services,
