@@ -212,7 +212,6 @@ async fn connect(manifest: &Manifest) -> Result<Box<dyn Runtime>, RuntimeError> 
                 manifest.runtime.namespace_prefix.clone(),
                 engine_image,
                 af_docker::probe::target_args(None),
-                af_kube::render::Cluster::default(),
             )
             .await?;
             // Where the ingress controller listens, when preview hosts do not resolve to it (a
@@ -233,7 +232,7 @@ async fn connect(manifest: &Manifest) -> Result<Box<dyn Runtime>, RuntimeError> 
                     .await
                     .map_err(RuntimeError::from)?;
                 return Ok(Box::new(runtime.with_image_work(std::sync::Arc::new(
-                    crate::cluster_images::DockerImageWork::new(docker),
+                    af_kube::images::DockerImageWork::new(docker),
                 ))));
             }
             Ok(Box::new(runtime))

@@ -1,7 +1,6 @@
 //! `af`: environments ("twins") of a multi-service app from a manifest.
 
 mod cli;
-mod cluster_images;
 mod environment_commands;
 mod environment_name;
 mod exit;

@@ -47,7 +47,11 @@ pub trait Harness: Send + Sync {
     fn runtime(&self) -> &dyn Runtime;
     /// The engine image: the agent the fixtures' services run.
     fn engine_image(&self) -> &str;
-    fn outside(&self) -> &OutsideAddresses;
+    /// The hosts the harness made for the outside.
+    fn outside_hosts(&self) -> &crate::outside::Outside;
+    fn outside(&self) -> &OutsideAddresses {
+        &self.outside_hosts().addresses
+    }
     /// A directory of the harness's own for build contexts.
     fn scratch_dir(&self) -> &Path;
 
@@ -64,7 +68,9 @@ pub trait Harness: Send + Sync {
         routes: &[String],
     ) -> Result<Vec<RouteOutcome>, String>;
     /// The address of the allowed origin (`ip:port`), for a route that tries it directly.
-    fn origin_address(&self) -> String;
+    fn origin_address(&self) -> String {
+        format!("{}:8080", self.outside_hosts().origin.ip)
+    }
     /// Called after every `up` of the suite: gives the environment's way out (its sidecar) the
     /// outside hosts as its "internet".
     async fn after_up(&self, id: &EnvironmentId) -> Result<(), String>;

@@ -1,20 +1,17 @@
-//! The local runtime's harness, on the real Docker daemon. The "outside" is a set of internal
-//! networks the harness makes, each with one host at an address chosen to stand for something a
-//! workload must not reach (TEST-NET public hosts, 169.254.169.254, a private-range operator host,
-//! IPv6 hosts) or may reach only through the sidecar (an HTTP origin). The sidecar of every
-//! environment the suite brings up is attached to the "internet" among them; the positive control
-//! is a container attached to all of them.
+//! The local runtime's harness, on the real Docker daemon, with the [`Outside`] hosts. The sidecar
+//! of every environment the suite brings up is attached to the "internet" among them.
 
 use std::path::{Path, PathBuf};
 
-use af_docker::test_hosts::{HostSpec, OutsideHost, Program};
-use af_docker::{LocalRuntime, names, networks, one_shot, sidecar, teardown};
+use af_docker::test_hosts::OutsideHost;
+use af_docker::{LocalRuntime, names, networks, sidecar, teardown};
 use af_manifest::EnvironmentId;
 use af_runtime::Runtime;
 use async_trait::async_trait;
 use bollard::Docker;
 
-use crate::harness::{Harness, ORIGIN_NAME, OutsideAddresses, REBIND_NAME, RouteOutcome};
+use crate::harness::{Harness, RouteOutcome};
+use crate::outside::{Outside, probe_in_container};
 
 /// A deliberate break of a guarantee, for proving the suite notices one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +24,7 @@ impl std::fmt::Debug for LocalHarness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalHarness")
             .field("image", &self.image)
-            .field("outside", &self.outside)
+            .field("outside", &self.outside.addresses)
             .field("sabotage", &self.sabotage)
             .finish()
     }
@@ -37,14 +34,7 @@ pub struct LocalHarness {
     docker: Docker,
     runtime: LocalRuntime,
     image: String,
-    outside: OutsideAddresses,
-    public: OutsideHost,
-    operator: OutsideHost,
-    origin: OutsideHost,
-    others: Vec<OutsideHost>,
-    /// Labels the harness's own containers (the positive control's holder).
-    own: EnvironmentId,
-    control: String,
+    outside: Outside,
     scratch: PathBuf,
     listeners: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     sabotage: Option<Sabotage>,
@@ -62,60 +52,8 @@ impl LocalHarness {
         let image = af_docker::engine_image::ensure(&docker)
             .await
             .map_err(text)?;
-        let host = |name: &str, subnet: &str, program| {
-            HostSpec::new(&format!("{tag}-{name}"), subnet, program)
-        };
-        let public = host("public", "203.0.113.0/24", Program::Server);
-        let mut metadata = host("metadata", "169.254.169.0/24", Program::Server);
-        metadata.host_number = 254;
-        let mut operator = host("operator", "10.214.77.0/24", Program::Server);
-        operator.aliases = vec![REBIND_NAME.to_string()];
-        let mut global6 = host("v6", "198.18.5.0/24", Program::Server);
-        global6.v6 = Some(("2001:db8:5::/64".into(), "10".into()));
-        let mut metadata6 = host("metadata6", "192.0.2.0/24", Program::Server);
-        metadata6.v6 = Some(("fd00:ec2::/64".into(), "254".into()));
-        let mut origin = host("origin", "198.51.100.0/24", Program::Origin);
-        origin.aliases = vec![ORIGIN_NAME.to_string()];
-
-        let mut made = Vec::new();
-        for spec in [public, metadata, operator, global6, metadata6, origin] {
-            match OutsideHost::create(&docker, &image, &spec).await {
-                Ok(created) => made.push(created),
-                Err(err) => {
-                    for host in &made {
-                        host.remove(&docker).await;
-                    }
-                    return Err(err.to_string());
-                }
-            }
-        }
-        let [public, metadata, operator, global6, metadata6, origin] =
-            <[OutsideHost; 6]>::try_from(made).map_err(|_| "six hosts".to_string())?;
-        let outside = OutsideAddresses {
-            public: public.ip.clone(),
-            metadata: metadata.ip.clone(),
-            operator: operator.ip.clone(),
-            global_v6: global6.ip6.clone().unwrap_or_default(),
-            metadata_v6: metadata6.ip6.clone().unwrap_or_default(),
-        };
-        // The runtime's own containment probe aims at the same hosts: never at real addresses.
-        let targets = [
-            ("--public-tcp", format!("{}:3128", outside.public)),
-            ("--public-dns", format!("{}:53", outside.public)),
-            ("--metadata", format!("{}:3128", outside.metadata)),
-            ("--metadata-v6", format!("[{}]:3128", outside.metadata_v6)),
-        ]
-        .into_iter()
-        .flat_map(|(flag, value)| [flag.to_string(), value])
-        .collect();
-        let runtime = LocalRuntime::new(docker.clone(), targets);
-        let own = EnvironmentId::derive("afc", &format!("harness-{tag}-{}", std::process::id()));
-        let control = one_shot::start_holder(&docker, &own, "control", &image, &public.network)
-            .await
-            .map_err(text)?;
-        for host in [&metadata, &operator, &global6, &metadata6, &origin] {
-            host.attach(&docker, &control, &[]).await.map_err(text)?;
-        }
+        let outside = Outside::create(&docker, &image, tag).await?;
+        let runtime = LocalRuntime::new(docker.clone(), outside.probe_targets());
         let scratch =
             std::env::temp_dir().join(format!("af-conformance-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&scratch).map_err(text)?;
@@ -124,12 +62,6 @@ impl LocalHarness {
             runtime,
             image,
             outside,
-            public,
-            operator,
-            origin,
-            others: vec![metadata, global6, metadata6],
-            own,
-            control,
             scratch,
             listeners: std::sync::Mutex::new(Vec::new()),
             sabotage: None,
@@ -139,56 +71,6 @@ impl LocalHarness {
     pub fn with_sabotage(mut self, sabotage: Sabotage) -> LocalHarness {
         self.sabotage = Some(sabotage);
         self
-    }
-
-    /// `af-proxy probe` with `routes`, in the network namespace of `holder`; the standard routes
-    /// aim at the harness's public host so that nothing is aimed at a real address.
-    async fn probe_in(
-        &self,
-        env: &EnvironmentId,
-        holder: &str,
-        routes: &[String],
-    ) -> Result<Vec<RouteOutcome>, String> {
-        let public = &self.outside.public;
-        let mut args: Vec<String> = vec!["probe".into(), "--timeout-ms".into(), "1500".into()];
-        for (flag, value) in [
-            ("--public-tcp", format!("{public}:3128")),
-            ("--public-dns", format!("{public}:53")),
-            ("--metadata", format!("{}:3128", self.outside.metadata)),
-            (
-                "--metadata-v6",
-                format!("[{}]:3128", self.outside.metadata_v6),
-            ),
-            ("--platform-api", format!("{public}:2375")),
-        ] {
-            args.extend([flag.to_string(), value]);
-        }
-        for route in routes {
-            args.extend(["--route".to_string(), route.clone()]);
-        }
-        let spec = one_shot::OneShot {
-            role: "conformance-probe".into(),
-            image: self.image.clone(),
-            args,
-            network_mode: format!("container:{holder}"),
-            ..Default::default()
-        };
-        let finished = one_shot::run(&self.docker, env, &spec)
-            .await
-            .map_err(text)?;
-        let verdict: serde_json::Value =
-            serde_json::from_str(finished.stdout.lines().last().unwrap_or_default())
-                .map_err(|e| format!("{e}: {}{}", finished.stdout, finished.stderr))?;
-        let all: Vec<RouteOutcome> =
-            serde_json::from_value(verdict["routes"].clone()).map_err(text)?;
-        let asked: Vec<&str> = routes
-            .iter()
-            .map(|r| r.split('=').next().unwrap_or_default())
-            .collect();
-        Ok(all
-            .into_iter()
-            .filter(|r| asked.contains(&r.route.as_str()))
-            .collect())
     }
 
     async fn attach_tolerating_repeats(
@@ -214,7 +96,7 @@ impl Harness for LocalHarness {
         &self.image
     }
 
-    fn outside(&self) -> &OutsideAddresses {
+    fn outside_hosts(&self) -> &Outside {
         &self.outside
     }
 
@@ -222,12 +104,10 @@ impl Harness for LocalHarness {
         &self.scratch
     }
 
-    fn origin_address(&self) -> String {
-        format!("{}:8080", self.origin.ip)
-    }
-
     async fn try_from_outside(&self, routes: &[String]) -> Result<Vec<RouteOutcome>, String> {
-        self.probe_in(&self.own, &self.control, routes).await
+        self.outside
+            .try_from_control(&self.docker, &self.image, routes)
+            .await
     }
 
     async fn try_in_service(
@@ -237,18 +117,31 @@ impl Harness for LocalHarness {
         routes: &[String],
     ) -> Result<Vec<RouteOutcome>, String> {
         let holder = names::container(id, &format!("{service}-0-holder"));
-        self.probe_in(id, &holder, routes).await
+        probe_in_container(
+            &self.docker,
+            &self.image,
+            id,
+            &holder,
+            &self.outside.addresses,
+            routes,
+        )
+        .await
     }
 
     async fn after_up(&self, id: &EnvironmentId) -> Result<(), String> {
         let sidecar = names::container(id, "sidecar");
-        for host in [&self.public, &self.operator, &self.origin] {
+        for host in [
+            &self.outside.public,
+            &self.outside.operator,
+            &self.outside.origin,
+        ] {
             self.attach_tolerating_repeats(host, &sidecar).await?;
         }
         if self.sabotage == Some(Sabotage::ServicesOnThePublicNetwork) {
             let containers = teardown::containers(&self.docker, id).await.map_err(text)?;
             for holder in containers.iter().filter(|c| c.ends_with("-holder")) {
-                self.attach_tolerating_repeats(&self.public, holder).await?;
+                self.attach_tolerating_repeats(&self.outside.public, holder)
+                    .await?;
             }
         }
         Ok(())
@@ -376,13 +269,7 @@ impl Harness for LocalHarness {
         {
             task.abort();
         }
-        let _ = teardown::down(&self.docker, &self.own).await;
-        for host in [&self.public, &self.operator, &self.origin]
-            .into_iter()
-            .chain(self.others.iter())
-        {
-            host.remove(&self.docker).await;
-        }
+        self.outside.remove(&self.docker).await;
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }

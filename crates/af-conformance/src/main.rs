@@ -1,6 +1,6 @@
 //! `af-conformance`: run the roster on a runtime and check a run's records.
 //!
-//! - `run --runtime local [--out FILE] [--only TEXT]...`: every behaviour, a JSON line per
+//! - `run --runtime local|kubernetes [--out FILE] [--only TEXT]...`: every behaviour, a JSON line per
 //!   behaviour in FILE, then the reader's check of those lines; exits 0 only when it accepts.
 //! - `verdicts FILE --runtime local [--run ID]`: the reader alone, on a file of records.
 //! - `roster`: the behaviours, what each proves, as a Markdown table.
@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use af_conformance::harness::Harness;
+use af_conformance::kubernetes::KubeHarness;
 use af_conformance::local::LocalHarness;
 use af_conformance::plan::{Selection, plan};
 use af_conformance::record::{Verdict, from_lines, to_lines};
@@ -79,20 +80,30 @@ fn main() -> ExitCode {
 }
 
 async fn run(runtime: &str, out: Option<PathBuf>, only: Vec<String>) -> ExitCode {
-    if runtime != "local" {
-        eprintln!(
-            "af-conformance: the {runtime} runtime has no harness in this build (local only); nothing was run and nothing is claimed"
-        );
-        return ExitCode::from(2);
-    }
     let run_id = new_run_id();
-    let harness = match LocalHarness::start(&run_id).await {
-        Ok(harness) => harness,
-        Err(err) => {
-            eprintln!("af-conformance: cannot set up the local harness: {err}");
-            return ExitCode::FAILURE;
+    let started: Result<Box<dyn Harness>, String> = match runtime {
+        "local" => LocalHarness::start(&run_id)
+            .await
+            .map(|h| Box::new(h) as Box<dyn Harness>),
+        "kubernetes" => KubeHarness::start(&run_id)
+            .await
+            .map(|h| Box::new(h) as Box<dyn Harness>),
+        other => {
+            eprintln!(
+                "af-conformance: no harness for the {other} runtime (local, kubernetes); nothing was run and nothing is claimed"
+            );
+            return ExitCode::from(2);
         }
     };
+    let harness = match started {
+        Ok(harness) => harness,
+        Err(err) => {
+            // Nothing ran: a harness that cannot be set up is not a verdict on the runtime.
+            eprintln!("af-conformance: cannot set up the {runtime} harness: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let harness = harness.as_ref();
     let planned = match plan(
         &roster(),
         harness.runtime().capabilities(),
@@ -105,7 +116,7 @@ async fn run(runtime: &str, out: Option<PathBuf>, only: Vec<String>) -> ExitCode
             return ExitCode::from(2);
         }
     };
-    let ctx = Ctx::new(&harness, run_id.clone());
+    let ctx = Ctx::new(harness, run_id.clone());
     eprintln!(
         "af-conformance: run {run_id} on {runtime}, {} behaviours",
         planned.len()

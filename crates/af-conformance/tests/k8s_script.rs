@@ -67,3 +67,40 @@ fn a_cluster_that_exists_is_refused_before_anything_is_created_or_deleted() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Without a cluster to reach, `af-conformance run --runtime kubernetes` says it ran nothing
+/// (exit 2, which the script turns into DID NOT RUN) and leaves none of the outside hosts it
+/// had made on the Docker daemon.
+#[test]
+fn the_kubernetes_harness_without_a_cluster_ran_nothing_and_leaves_nothing() {
+    let dir = std::env::temp_dir().join(format!("k8s-harness-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let records = dir.join("records.jsonl");
+    let networks = || {
+        let out = Command::new("docker")
+            .args(["network", "ls", "--format", "{{.Name}}"])
+            .output()
+            .expect("this test needs the Docker daemon (CI runs one)");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|n| n.contains("-public") || n.contains("-origin"))
+            .count()
+    };
+    let before = networks();
+    let out = Command::new(env!("CARGO_BIN_EXE_af-conformance"))
+        .args(["run", "--runtime", "kubernetes", "--out"])
+        .arg(&records)
+        .env("KUBECONFIG", dir.join("no-such-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot set up the kubernetes harness"),
+        "{stderr}"
+    );
+    assert!(!records.exists(), "no verdict may be written");
+    assert_eq!(networks(), before, "the outside hosts were removed");
+    let _ = std::fs::remove_dir_all(&dir);
+}

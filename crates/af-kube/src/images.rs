@@ -3,6 +3,8 @@
 //! For a k3d or kind cluster — told by the kubeconfig context's name, the only mark those tools
 //! leave — images are copied into the nodes; any other cluster must be able to pull them.
 
+use af_runtime::RuntimeError;
+use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 
 /// How images reach the nodes of a cluster.
@@ -68,6 +70,66 @@ pub fn on_every_node(nodes: &[Node], image: &str) -> bool {
                         .any(|name| wanted.contains(name))
                 })
         })
+}
+
+/// Images for a k3d or kind cluster: built with the local Docker daemon and copied into the nodes
+/// with the cluster tool's own command.
+#[derive(Debug)]
+pub struct DockerImageWork {
+    docker: bollard::Docker,
+}
+
+impl DockerImageWork {
+    pub fn new(docker: bollard::Docker) -> DockerImageWork {
+        DockerImageWork { docker }
+    }
+}
+
+#[async_trait]
+impl crate::runtime::ImageWork for DockerImageWork {
+    async fn build(
+        &self,
+        manifest_name: &str,
+        service: &str,
+        manifest_dir: &std::path::Path,
+        context: &std::path::Path,
+        dockerfile: &std::path::Path,
+    ) -> Result<String, RuntimeError> {
+        af_docker::build::build(
+            &self.docker,
+            manifest_name,
+            service,
+            manifest_dir,
+            context,
+            dockerfile,
+        )
+        .await
+        .map_err(RuntimeError::from)
+    }
+
+    async fn load(&self, command: &[String]) -> Result<(), RuntimeError> {
+        let failed = |detail: String| {
+            RuntimeError::platform_failed(
+                format!("copying an image into the nodes ({})", command.join(" ")),
+                detail,
+            )
+        };
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| failed("no command".into()))?;
+        let out = tokio::process::Command::new(program)
+            .args(args)
+            .output()
+            .await
+            .map_err(|e| failed(format!("{program} could not be run ({e}); install it, or name images the nodes can pull")))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(failed(
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ))
+        }
+    }
 }
 
 #[cfg(test)]

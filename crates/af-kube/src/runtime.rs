@@ -64,6 +64,8 @@ pub struct KubeRuntime {
     engine_image: String,
     probe_targets: Vec<String>,
     cluster: Cluster,
+    /// What could not be read off the cluster when connecting, said at every `up`.
+    cluster_notes: Vec<String>,
     capabilities: Capabilities,
 }
 
@@ -97,6 +99,7 @@ impl KubeRuntime {
             engine_image,
             probe_targets,
             cluster,
+            cluster_notes: Vec::new(),
             capabilities: Capabilities::new(
                 "kubernetes",
                 [
@@ -114,13 +117,13 @@ impl KubeRuntime {
         }
     }
 
-    /// Connects through the kubeconfig: `context`, or the current one.
+    /// Connects through the kubeconfig: `context`, or the current one; the cluster's resolver and
+    /// ingress controller are read off it ([`crate::apply::cluster::discover`]).
     pub async fn connect(
         context: Option<&str>,
         namespace_prefix: String,
         engine_image: String,
         probe_targets: Vec<String>,
-        cluster: Cluster,
     ) -> Result<KubeRuntime, RuntimeError> {
         let options = kube::config::KubeConfigOptions {
             context: context.map(str::to_string),
@@ -150,7 +153,8 @@ impl KubeRuntime {
         );
         let client = kube::Client::try_from(config)
             .map_err(|e| RuntimeError::platform_failed("connecting to the cluster", e))?;
-        Ok(KubeRuntime::new(
+        let (cluster, cluster_notes) = crate::apply::cluster::discover(client.clone()).await;
+        let mut runtime = KubeRuntime::new(
             client,
             &chosen,
             target,
@@ -158,7 +162,9 @@ impl KubeRuntime {
             engine_image,
             probe_targets,
             cluster,
-        ))
+        );
+        runtime.cluster_notes = cluster_notes;
+        Ok(runtime)
     }
 
     /// Builds and copies images with `work` (the local daemon, k3d or kind).
@@ -440,6 +446,11 @@ impl Runtime for KubeRuntime {
         progress.emit(ProgressEvent::Notice {
             message: format!("af up is about to change {}", self.target),
         });
+        for note in &self.cluster_notes {
+            progress.emit(ProgressEvent::Notice {
+                message: note.clone(),
+            });
+        }
         let client = self.client.clone();
         let images = af_runtime::run_step(
             progress,

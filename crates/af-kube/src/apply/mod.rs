@@ -5,6 +5,7 @@
 //! judged as on every runtime, an unpullable image said at once); migration Jobs (applied, waited
 //! for, a failure carrying the migration's last lines).
 
+pub mod cluster;
 pub mod fit;
 pub mod job;
 pub mod namespace;

@@ -49,6 +49,20 @@ pub async fn run(
     pod: &Pod,
     patience: Patience,
 ) -> Result<ContainmentSummary, RuntimeError> {
+    let (exit_code, output) = run_to_output(client, namespace, pod, patience).await?;
+    let checked_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    judge_probe(&output, exit_code, "", checked_at)
+}
+
+/// Creates `pod` (replacing a leftover of an earlier run), waits until it finishes, removes it:
+/// its first container's exit code and its output. One that does not finish within `patience`
+/// is an unanswered probe (AF-RUN-043).
+pub async fn run_to_output(
+    client: kube::Client,
+    namespace: &str,
+    pod: &Pod,
+    patience: Patience,
+) -> Result<(i64, String), RuntimeError> {
     let api: Api<Pod> = Api::namespaced(client, namespace);
     let name = pod.metadata.name.clone().unwrap_or_default();
     remove(&api, &name).await?;
@@ -96,8 +110,7 @@ pub async fn run(
         )
     })?;
     remove(&api, &name).await?;
-    let checked_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    judge_probe(&output, exit_code, "", checked_at)
+    Ok((exit_code, output))
 }
 
 /// Deletes the pod if it is there and waits until it is gone (a new one of the same name cannot

@@ -40,7 +40,7 @@ pub mod ports {
 }
 
 /// What the cluster is, as far as rendering needs to know.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cluster {
     /// The cluster's DNS domain (`cluster.local`).
     pub domain: String,

@@ -1,0 +1,530 @@
+//! The Kubernetes runtime's harness, for a disposable k3d cluster (`scripts/k8s-conformance`
+//! makes one; nothing else is touched). The outside is the same set of Docker-side hosts as the
+//! local harness ([`Outside`]). k3d's nodes are containers on the same daemon, so each node is
+//! attached to every outside network: what the environment's policies let out (the sidecar alone)
+//! reaches those hosts through its node, as it would reach the internet. The names the fixtures
+//! allow (the origin, the rebinding name) are given to the cluster's resolver in a server block of
+//! k3s's `coredns-custom` ConfigMap. The positive control is a pod in a namespace of the
+//! harness's own, with no policy: proof that the cluster itself routes to every outside host.
+//!
+//! Not run on this project's CI (it has no cluster); written against k3s v1.33 and k3d v5.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use af_kube::apply::Patience;
+use af_kube::apply::probe::run_to_output;
+use af_kube::images::{DockerImageWork, Loader, load_command};
+use af_kube::render::names::{
+    ROLE_LABEL, SERVICE_LABEL, SIDECAR, WORKLOAD_LABEL, namespace as namespace_name, ownership,
+};
+use af_kube::runtime::ImageWork;
+use af_kube::{KubeRuntime, render::ports};
+use af_manifest::EnvironmentId;
+use af_runtime::Runtime;
+use async_trait::async_trait;
+use bollard::Docker;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, PodSpec, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+
+use crate::harness::{Harness, ORIGIN_NAME, REBIND_NAME, RouteOutcome};
+use crate::outside::{Outside, asked_outcomes, probe_args};
+
+/// The prefix of the suite's environments' namespaces.
+const NAMESPACE_PREFIX: &str = "afc";
+/// The harness's own field manager, for the one object it adds to the cluster's configuration.
+const FIELD_MANAGER: &str = "af-conformance";
+/// The key of the resolver's server block; k3s imports `*.server` keys of `coredns-custom`.
+const RESOLVER_KEY: &str = "af-conformance.server";
+/// A pod of the harness: the image is on every node, the routes take seconds.
+const POD_PATIENCE: Patience = Patience {
+    timeout: Duration::from_secs(120),
+    interval: Duration::from_secs(1),
+};
+
+fn text(err: impl std::fmt::Display) -> String {
+    err.to_string()
+}
+
+pub struct KubeHarness {
+    docker: Docker,
+    client: kube::Client,
+    runtime: KubeRuntime,
+    image: String,
+    outside: Outside,
+    /// The k3d node containers attached to the outside networks.
+    nodes: Vec<String>,
+    /// The harness's own namespace (the positive control's pods).
+    own_namespace: String,
+    scratch: PathBuf,
+}
+
+impl std::fmt::Debug for KubeHarness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeHarness")
+            .field("runtime", &self.runtime)
+            .field("nodes", &self.nodes)
+            .finish()
+    }
+}
+
+impl KubeHarness {
+    /// Connects through the kubeconfig's current context, which must be a k3d cluster's; makes
+    /// the outside, attaches the nodes to it, gives the resolver the fixtures' names and copies
+    /// the engine image into the nodes. `tag` keeps the harness's objects apart.
+    pub async fn start(tag: &str) -> Result<KubeHarness, String> {
+        let docker = af_docker::connect().await.map_err(text)?;
+        let image = af_docker::engine_image::ensure(&docker)
+            .await
+            .map_err(text)?;
+        let outside = Outside::create(&docker, &image, tag).await?;
+        let mut harness = match KubeHarness::connect(docker.clone(), image, outside, tag).await {
+            Ok(harness) => harness,
+            Err((outside, err)) => {
+                outside.remove(&docker).await;
+                return Err(err);
+            }
+        };
+        if let Err(err) = harness.prepare_cluster().await {
+            harness.close().await;
+            return Err(err);
+        }
+        Ok(harness)
+    }
+
+    async fn connect(
+        docker: Docker,
+        image: String,
+        outside: Outside,
+        tag: &str,
+    ) -> Result<KubeHarness, (Outside, String)> {
+        let runtime = match KubeRuntime::connect(
+            None,
+            NAMESPACE_PREFIX.to_string(),
+            image.clone(),
+            outside.probe_targets(),
+        )
+        .await
+        {
+            Ok(runtime) => runtime,
+            Err(err) => return Err((outside, err.to_string())),
+        };
+        if !matches!(runtime.loader(), Loader::K3d(_)) {
+            return Err((
+                outside,
+                "the Kubernetes harness needs the current context to be a k3d cluster's (scripts/k8s-conformance makes one)".to_string(),
+            ));
+        }
+        let runtime = match std::env::var("AF_INGRESS_ADDRESS")
+            .ok()
+            .and_then(|a| a.parse().ok())
+        {
+            Some(address) => runtime.with_ingress_address(address),
+            None => runtime,
+        };
+        let runtime =
+            runtime.with_image_work(std::sync::Arc::new(DockerImageWork::new(docker.clone())));
+        let client = match kube::Client::try_default().await {
+            Ok(client) => client,
+            Err(err) => return Err((outside, err.to_string())),
+        };
+        let scratch =
+            std::env::temp_dir().join(format!("af-conformance-{tag}-{}", std::process::id()));
+        if let Err(err) = std::fs::create_dir_all(&scratch) {
+            return Err((outside, err.to_string()));
+        }
+        Ok(KubeHarness {
+            docker,
+            client,
+            runtime,
+            image,
+            outside,
+            nodes: Vec::new(),
+            own_namespace: format!("afc-harness-{tag}"),
+            scratch,
+        })
+    }
+
+    fn cluster_name(&self) -> String {
+        match self.runtime.loader() {
+            Loader::K3d(name) => name.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// Nodes on the outside networks, the fixtures' names in the resolver, the engine image on
+    /// the nodes, the harness's namespace.
+    async fn prepare_cluster(&mut self) -> Result<(), String> {
+        let cluster = self.cluster_name();
+        let options = bollard::query_parameters::ListContainersOptions {
+            all: false,
+            filters: Some(std::collections::HashMap::from([(
+                "label".to_string(),
+                vec![format!("k3d.cluster={cluster}")],
+            )])),
+            ..Default::default()
+        };
+        let nodes: Vec<String> = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(text)?
+            .into_iter()
+            .filter(|c| {
+                c.labels
+                    .as_ref()
+                    .and_then(|l| l.get("k3d.role"))
+                    .is_some_and(|r| r == "server" || r == "agent")
+            })
+            .filter_map(|c| {
+                c.names
+                    .and_then(|n| n.first().map(|n| n.trim_start_matches('/').to_string()))
+            })
+            .collect();
+        if nodes.is_empty() {
+            return Err(format!("no node containers of k3d cluster {cluster}"));
+        }
+        for node in &nodes {
+            for host in self.outside.hosts() {
+                host.attach(&self.docker, node, &[]).await.map_err(text)?;
+            }
+            self.nodes.push(node.clone());
+        }
+        self.give_resolver_names().await?;
+        if let Some(command) = load_command(self.runtime.loader(), &self.image) {
+            DockerImageWork::new(self.docker.clone())
+                .load(&command)
+                .await
+                .map_err(text)?;
+        }
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(self.own_namespace.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .map_err(text)?;
+        Ok(())
+    }
+
+    /// The origin's and the rebinding name's addresses, in a server block of `coredns-custom`;
+    /// CoreDNS reads its imports when it starts, so its pods are replaced and waited for.
+    async fn give_resolver_names(&self) -> Result<(), String> {
+        let block = format!(
+            "conformance.test:53 {{\n    hosts {{\n        {} {ORIGIN_NAME}\n        {} {REBIND_NAME}\n    }}\n}}\n",
+            self.outside.origin.ip, self.outside.operator.ip
+        );
+        let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
+        let patch = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "coredns-custom", "namespace": "kube-system"},
+            "data": {RESOLVER_KEY: block},
+        });
+        configmaps
+            .patch(
+                "coredns-custom",
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map_err(text)?;
+        self.restart_resolver().await
+    }
+
+    async fn restart_resolver(&self) -> Result<(), String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "kube-system");
+        let selector = ListParams::default().labels("k8s-app=kube-dns");
+        pods.delete_collection(&DeleteParams::default(), &selector)
+            .await
+            .map_err(text)?;
+        for _ in 0..120 {
+            let ready = pods
+                .list(&selector)
+                .await
+                .map_err(text)?
+                .items
+                .iter()
+                .any(|pod| {
+                    pod.metadata.deletion_timestamp.is_none()
+                        && pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                });
+            if ready {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Err("the cluster's resolver did not come back within 120 s".to_string())
+    }
+
+    /// `routes` tried by a pod in `namespace` built on `spec` (its container replaced by the
+    /// probe), labelled `labels`.
+    async fn probe_pod(
+        &self,
+        namespace: &str,
+        spec: PodSpec,
+        labels: std::collections::BTreeMap<String, String>,
+        routes: &[String],
+    ) -> Result<Vec<RouteOutcome>, String> {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("af-conformance-probe".to_string()),
+                namespace: Some(namespace.to_string()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                init_containers: None,
+                restart_policy: Some("Never".to_string()),
+                containers: vec![Container {
+                    name: "af-probe".to_string(),
+                    image: Some(self.image.clone()),
+                    image_pull_policy: Some("IfNotPresent".to_string()),
+                    args: Some(probe_args(&self.outside.addresses, routes)),
+                    security_context: spec
+                        .containers
+                        .first()
+                        .and_then(|c| c.security_context.clone()),
+                    ..Default::default()
+                }],
+                ..spec
+            }),
+            ..Default::default()
+        };
+        let (_, output) = run_to_output(self.client.clone(), namespace, &pod, POD_PATIENCE)
+            .await
+            .map_err(text)?;
+        asked_outcomes(&output, routes)
+    }
+
+    fn env_namespace(id: &EnvironmentId) -> String {
+        namespace_name(NAMESPACE_PREFIX, id)
+    }
+
+    async fn pods_of(&self, id: &EnvironmentId, selector: &str) -> Result<Vec<Pod>, String> {
+        Api::<Pod>::namespaced(self.client.clone(), &KubeHarness::env_namespace(id))
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map(|l| l.items)
+            .map_err(text)
+    }
+}
+
+#[async_trait]
+impl Harness for KubeHarness {
+    fn runtime(&self) -> &dyn Runtime {
+        &self.runtime
+    }
+
+    fn engine_image(&self) -> &str {
+        &self.image
+    }
+
+    fn outside_hosts(&self) -> &Outside {
+        &self.outside
+    }
+
+    fn scratch_dir(&self) -> &Path {
+        &self.scratch
+    }
+
+    async fn try_from_outside(&self, routes: &[String]) -> Result<Vec<RouteOutcome>, String> {
+        // A pod with no policy over it: the cluster's own way to the outside hosts.
+        let spec = PodSpec {
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        };
+        self.probe_pod(&self.own_namespace, spec, Default::default(), routes)
+            .await
+    }
+
+    async fn try_in_service(
+        &self,
+        id: &EnvironmentId,
+        service: &str,
+        routes: &[String],
+    ) -> Result<Vec<RouteOutcome>, String> {
+        // The service's own pod rules (its template: resolver, security, labels the policies
+        // select on), without its gate — the sidecar it waits for is stopped — and with a role no
+        // controller selects, so no ReplicaSet adopts the pod.
+        let namespace = KubeHarness::env_namespace(id);
+        let deployments = Api::<Deployment>::namespaced(self.client.clone(), &namespace)
+            .list(&ListParams::default().labels(&format!("{SERVICE_LABEL}={service}")))
+            .await
+            .map_err(text)?;
+        let template = deployments
+            .items
+            .into_iter()
+            .find_map(|d| d.spec.map(|s| s.template))
+            .ok_or_else(|| format!("no Deployment of service {service} in {namespace}"))?;
+        let mut labels = ownership(id);
+        labels.insert(WORKLOAD_LABEL.to_string(), "true".to_string());
+        labels.insert(ROLE_LABEL.to_string(), "conformance-probe".to_string());
+        let spec = template.spec.unwrap_or_default();
+        self.probe_pod(&namespace, spec, labels, routes).await
+    }
+
+    async fn after_up(&self, _id: &EnvironmentId) -> Result<(), String> {
+        // The sidecar reaches the outside through its node, attached at the start.
+        Ok(())
+    }
+
+    async fn plant_foreign(&self, id: &EnvironmentId) -> Result<(), String> {
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(KubeHarness::env_namespace(id)),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .map(drop)
+            .map_err(text)
+    }
+
+    async fn foreign_present(&self, id: &EnvironmentId) -> Result<bool, String> {
+        let found = Api::<Namespace>::all(self.client.clone())
+            .get_opt(&KubeHarness::env_namespace(id))
+            .await
+            .map_err(text)?;
+        Ok(found.is_some_and(|ns| {
+            let labels = ns.metadata.labels.unwrap_or_default();
+            !ownership(id).iter().all(|(k, v)| labels.get(k) == Some(v))
+        }))
+    }
+
+    async fn remove_foreign(&self, id: &EnvironmentId) -> Result<(), String> {
+        Api::<Namespace>::all(self.client.clone())
+            .delete(&KubeHarness::env_namespace(id), &DeleteParams::default())
+            .await
+            .map(drop)
+            .map_err(text)
+    }
+
+    async fn leftovers(&self, id: &EnvironmentId) -> Result<Vec<String>, String> {
+        let selector: Vec<String> = ownership(id)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        Ok(Api::<Namespace>::all(self.client.clone())
+            .list(&ListParams::default().labels(&selector.join(",")))
+            .await
+            .map_err(text)?
+            .items
+            .into_iter()
+            .filter_map(|ns| ns.metadata.name.map(|n| format!("namespace/{n}")))
+            .collect())
+    }
+
+    async fn stop_sidecar(&self, id: &EnvironmentId) -> Result<(), String> {
+        // Gone, as after a crash with nothing to restart it.
+        Api::<Deployment>::namespaced(self.client.clone(), &KubeHarness::env_namespace(id))
+            .patch(
+                SIDECAR,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"replicas": 0}})),
+            )
+            .await
+            .map_err(text)?;
+        for _ in 0..120 {
+            if self
+                .pods_of(id, &format!("{ROLE_LABEL}=sidecar"))
+                .await?
+                .is_empty()
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Err("the sidecar's pod was still there 120 s after scaling it to none".to_string())
+    }
+
+    async fn service_address(&self, id: &EnvironmentId, service: &str) -> Result<String, String> {
+        self.pods_of(id, &format!("{SERVICE_LABEL}={service}"))
+            .await?
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .find_map(|p| p.status.and_then(|s| s.pod_ip))
+            .ok_or_else(|| format!("no pod of service {service} has an address"))
+    }
+
+    async fn control_api(&self, id: &EnvironmentId) -> Result<(String, bool), String> {
+        // A workload would aim at the sidecar pod's address; the API listens on its loopback, and
+        // answers the operator through a port-forward (the runtime's own way to it).
+        let sidecar_ip = self
+            .pods_of(id, &format!("{ROLE_LABEL}=sidecar"))
+            .await?
+            .into_iter()
+            .find_map(|p| p.status.and_then(|s| s.pod_ip))
+            .ok_or("the sidecar pod has no address")?;
+        let answers = self
+            .runtime
+            .net_log(id, &af_runtime::DecisionQuery::default())
+            .await
+            .is_ok();
+        Ok((format!("{sidecar_ip}:{}", ports::CONTROL), answers))
+    }
+
+    async fn platform_api(&self, _id: &EnvironmentId) -> Result<(String, bool), String> {
+        let service = Api::<Service>::namespaced(self.client.clone(), "default")
+            .get("kubernetes")
+            .await
+            .map_err(text)?;
+        let ip = service
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .ok_or("the kubernetes Service has no ClusterIP")?;
+        let answers = self.client.apiserver_version().await.is_ok();
+        Ok((format!("{ip}:443"), answers))
+    }
+
+    async fn close(&self) {
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.own_namespace, &DeleteParams::default())
+            .await;
+        // Our key out of the resolver's configuration: applied with no data, our manager owns none.
+        let empty = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "coredns-custom", "namespace": "kube-system"},
+        });
+        let _ = Api::<ConfigMap>::namespaced(self.client.clone(), "kube-system")
+            .patch(
+                "coredns-custom",
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&empty),
+            )
+            .await;
+        for node in &self.nodes {
+            for host in self.outside.hosts() {
+                let _ = self
+                    .docker
+                    .disconnect_network(
+                        &host.network,
+                        bollard::models::NetworkDisconnectRequest {
+                            container: node.clone(),
+                            force: Some(true),
+                        },
+                    )
+                    .await;
+            }
+        }
+        self.outside.remove(&self.docker).await;
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
