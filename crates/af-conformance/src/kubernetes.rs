@@ -4,8 +4,9 @@
 //! attached to every outside network: what the environment's policies let out (the sidecar alone)
 //! reaches those hosts through its node, as it would reach the internet. The names the fixtures
 //! allow (the origin, the rebinding name) are given to the cluster's resolver in a server block of
-//! k3s's `coredns-custom` ConfigMap. The positive control is a pod in a namespace of the
-//! harness's own, with no policy: proof that the cluster itself routes to every outside host.
+//! k3s's `coredns-custom` ConfigMap. The positive control is the Docker-side container on every
+//! outside network (the hosts answer); that the cluster itself routes to them is proved once, at
+//! the start, by a pod with no policy over it.
 //!
 //! Not run on this project's CI (it has no cluster); written against k3s v1.33 and k3d v5.
 
@@ -211,7 +212,32 @@ impl KubeHarness {
             .create(&PostParams::default(), &namespace)
             .await
             .map_err(text)?;
-        Ok(())
+        self.check_cluster_reaches_outside().await
+    }
+
+    /// A pod with no policy over it must reach the public host: otherwise the nodes have no route
+    /// to the outside and every containment behaviour would pass for the wrong reason.
+    async fn check_cluster_reaches_outside(&self) -> Result<(), String> {
+        let route = format!("cluster-route=tcp:{}:3128", self.outside.addresses.public);
+        let spec = PodSpec {
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        };
+        let outcomes = self
+            .probe_pod(
+                &self.own_namespace,
+                spec,
+                Default::default(),
+                std::slice::from_ref(&route),
+            )
+            .await?;
+        match outcomes.first() {
+            Some(outcome) if outcome.outcome == "escaped" => Ok(()),
+            other => Err(format!(
+                "a pod with no policy cannot reach the outside host {} ({other:?}): the nodes have no route to the outside, so containment would be judged on nothing",
+                self.outside.addresses.public
+            )),
+        }
     }
 
     /// The origin's and the rebinding name's addresses, in a server block of `coredns-custom`;
@@ -342,12 +368,10 @@ impl Harness for KubeHarness {
     }
 
     async fn try_from_outside(&self, routes: &[String]) -> Result<Vec<RouteOutcome>, String> {
-        // A pod with no policy over it: the cluster's own way to the outside hosts.
-        let spec = PodSpec {
-            automount_service_account_token: Some(false),
-            ..Default::default()
-        };
-        self.probe_pod(&self.own_namespace, spec, Default::default(), routes)
+        // The hosts answer (the container on every outside network, IPv6 included, which a
+        // single-stack cluster has not); that the cluster routes to them was proved at the start.
+        self.outside
+            .try_from_control(&self.docker, &self.image, routes)
             .await
     }
 
