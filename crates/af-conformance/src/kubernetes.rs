@@ -10,6 +10,7 @@
 //!
 //! Not run on this project's CI (it has no cluster); written against k3s v1.33 and k3d v5.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -296,40 +297,16 @@ impl KubeHarness {
         Err("the cluster's resolver did not come back within 120 s".to_string())
     }
 
-    /// `routes` tried by a pod in `namespace` built on `spec` (its container replaced by the
-    /// probe), labelled `labels`.
+    /// `routes` tried by a pod in `namespace` built on `spec` ([`probe_pod`]), labelled `labels`.
     async fn probe_pod(
         &self,
         namespace: &str,
         spec: PodSpec,
-        labels: std::collections::BTreeMap<String, String>,
+        labels: BTreeMap<String, String>,
         routes: &[String],
     ) -> Result<Vec<RouteOutcome>, String> {
-        let pod = Pod {
-            metadata: ObjectMeta {
-                name: Some("af-conformance-probe".to_string()),
-                namespace: Some(namespace.to_string()),
-                labels: Some(labels),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                init_containers: None,
-                restart_policy: Some("Never".to_string()),
-                containers: vec![Container {
-                    name: "af-probe".to_string(),
-                    image: Some(self.image.clone()),
-                    image_pull_policy: Some("IfNotPresent".to_string()),
-                    args: Some(probe_args(&self.outside.addresses, routes)),
-                    security_context: spec
-                        .containers
-                        .first()
-                        .and_then(|c| c.security_context.clone()),
-                    ..Default::default()
-                }],
-                ..spec
-            }),
-            ..Default::default()
-        };
+        let args = probe_args(&self.outside.addresses, routes);
+        let pod = probe_pod(namespace, spec, labels, &self.image, args);
         let (_, output) = run_to_output(self.client.clone(), namespace, &pod, POD_PATIENCE)
             .await
             .map_err(text)?;
@@ -347,6 +324,53 @@ impl KubeHarness {
             .map(|l| l.items)
             .map_err(text)
     }
+}
+
+/// A pod on `spec` (a service's template, or nothing) whose one container is the engine's probe
+/// with `args`: no init containers (a service's gate waits for a sidecar that may be stopped),
+/// never restarted, the first container's security context kept.
+pub fn probe_pod(
+    namespace: &str,
+    spec: PodSpec,
+    labels: BTreeMap<String, String>,
+    image: &str,
+    args: Vec<String>,
+) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("af-conformance-probe".to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            init_containers: None,
+            restart_policy: Some("Never".to_string()),
+            containers: vec![Container {
+                name: "af-probe".to_string(),
+                image: Some(image.to_string()),
+                image_pull_policy: Some("IfNotPresent".to_string()),
+                args: Some(args),
+                security_context: spec
+                    .containers
+                    .first()
+                    .and_then(|c| c.security_context.clone()),
+                ..Default::default()
+            }],
+            ..spec
+        }),
+        ..Default::default()
+    }
+}
+
+/// The labels of a pod under exactly a service's policies: the environment's, the workload mark
+/// the policies select on, and a role no controller selects (a ReplicaSet would adopt a pod
+/// with its service's labels, and delete it as one too many).
+pub fn service_rules_labels(id: &EnvironmentId) -> BTreeMap<String, String> {
+    let mut labels = ownership(id);
+    labels.insert(WORKLOAD_LABEL.to_string(), "true".to_string());
+    labels.insert(ROLE_LABEL.to_string(), "conformance-probe".to_string());
+    labels
 }
 
 #[async_trait]
@@ -394,11 +418,9 @@ impl Harness for KubeHarness {
             .into_iter()
             .find_map(|d| d.spec.map(|s| s.template))
             .ok_or_else(|| format!("no Deployment of service {service} in {namespace}"))?;
-        let mut labels = ownership(id);
-        labels.insert(WORKLOAD_LABEL.to_string(), "true".to_string());
-        labels.insert(ROLE_LABEL.to_string(), "conformance-probe".to_string());
         let spec = template.spec.unwrap_or_default();
-        self.probe_pod(&namespace, spec, labels, routes).await
+        self.probe_pod(&namespace, spec, service_rules_labels(id), routes)
+            .await
     }
 
     async fn after_up(&self, _id: &EnvironmentId) -> Result<(), String> {
@@ -550,5 +572,73 @@ impl Harness for KubeHarness {
         }
         self.outside.remove(&self.docker).await;
         let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodDNSConfig, SecurityContext};
+
+    #[test]
+    fn a_probe_pod_keeps_the_service_rules_and_drops_the_gate() {
+        let template = PodSpec {
+            dns_policy: Some("None".into()),
+            dns_config: Some(PodDNSConfig {
+                nameservers: Some(vec!["10.43.7.7".into()]),
+                ..Default::default()
+            }),
+            automount_service_account_token: Some(false),
+            init_containers: Some(vec![Container {
+                name: "af-gate".into(),
+                ..Default::default()
+            }]),
+            containers: vec![Container {
+                name: "app".into(),
+                security_context: Some(SecurityContext {
+                    allow_privilege_escalation: Some(false),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            restart_policy: Some("Always".into()),
+            ..Default::default()
+        };
+        let id = EnvironmentId::derive("afc", "x");
+        let pod = probe_pod(
+            "ns",
+            template,
+            service_rules_labels(&id),
+            "img",
+            vec!["probe".into()],
+        );
+        let spec = pod.spec.unwrap();
+        assert!(spec.init_containers.is_none(), "no gate");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.dns_policy.as_deref(), Some("None"));
+        assert_eq!(
+            spec.dns_config.unwrap().nameservers.unwrap(),
+            ["10.43.7.7"],
+            "the service's resolver"
+        );
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.containers.len(), 1);
+        let probe = &spec.containers[0];
+        assert_eq!(probe.image.as_deref(), Some("img"));
+        assert_eq!(
+            probe
+                .security_context
+                .as_ref()
+                .and_then(|c| c.allow_privilege_escalation),
+            Some(false)
+        );
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels.get(WORKLOAD_LABEL).map(String::as_str), Some("true"));
+        assert_eq!(
+            labels.get(ROLE_LABEL).map(String::as_str),
+            Some("conformance-probe"),
+            "no controller's selector"
+        );
+        assert!(ownership(&id).iter().all(|(k, v)| labels.get(k) == Some(v)));
     }
 }
