@@ -48,22 +48,32 @@ pub async fn check_owned(
 pub async fn ensure(docker: &Docker, env: &EnvironmentId) -> Result<(String, String), DockerError> {
     let internal = names::internal_network(env);
     let egress = names::egress_network(env);
-    if !check_owned(docker, &internal, env).await? {
-        create_internal(docker, &internal, env).await?;
-    }
-    if !check_owned(docker, &egress, env).await? {
-        let request = NetworkCreateRequest {
-            name: egress.clone(),
-            driver: Some("bridge".to_string()),
-            internal: Some(false),
-            labels: Some(names::labels(env, "egress-network")),
-            ..Default::default()
-        };
-        docker
-            .create_network(request)
-            .await
-            .map_err(|e| platform(format!("creating network {egress}"), e))?;
-    }
+    // Independent of each other: made at the same time.
+    let making_internal = async {
+        if !check_owned(docker, &internal, env).await? {
+            create_internal(docker, &internal, env).await?;
+        }
+        Ok::<_, DockerError>(())
+    };
+    let making_egress = async {
+        if !check_owned(docker, &egress, env).await? {
+            let request = NetworkCreateRequest {
+                name: egress.clone(),
+                driver: Some("bridge".to_string()),
+                internal: Some(false),
+                labels: Some(names::labels(env, "egress-network")),
+                ..Default::default()
+            };
+            docker
+                .create_network(request)
+                .await
+                .map_err(|e| platform(format!("creating network {egress}"), e))?;
+        }
+        Ok::<_, DockerError>(())
+    };
+    let (made_internal, made_egress) = tokio::join!(making_internal, making_egress);
+    made_internal?;
+    made_egress?;
     Ok((internal, egress))
 }
 
