@@ -4,8 +4,9 @@
 //! behaviour; and the reader that checks a run's records.
 //!
 //! A runtime is run through a [`harness::Harness`]: the runtime plus its "outside" (hosts the
-//! suite creates on networks it owns) and the few platform-side actions a behaviour needs. The
-//! local runtime's harness is [`local::LocalHarness`].
+//! suite creates on networks it owns, [`outside::Outside`]) and the few platform-side actions a
+//! behaviour needs. The local runtime's harness is [`local::LocalHarness`]; the Kubernetes
+//! runtime's, for a k3d cluster, is [`kubernetes::KubeHarness`].
 
 pub mod behaviour;
 mod behaviours;
