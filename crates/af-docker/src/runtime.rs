@@ -55,6 +55,33 @@ impl LocalRuntime {
         }
     }
 
+    /// Removes the instances `manifest` no longer has (a service removed, replicas lowered);
+    /// `true` when there were any.
+    async fn remove_stale_instances(
+        &self,
+        env: &EnvironmentId,
+        manifest: &af_manifest::Manifest,
+    ) -> Result<bool, DockerError> {
+        let mut removed = false;
+        for stale in self.applications(env).await? {
+            let labels = stale.labels.unwrap_or_default();
+            let service = labels.get(SERVICE_LABEL).cloned().unwrap_or_default();
+            let index: u32 = labels
+                .get(INSTANCE_LABEL)
+                .and_then(|i| i.parse().ok())
+                .unwrap_or(u32::MAX);
+            let wanted = manifest.services.get(&service).map_or(0, |s| s.replicas);
+            if index >= wanted {
+                let (holder_role, app_role) = service::roles(&service, index);
+                for role in [app_role, holder_role] {
+                    one_shot::remove(&self.docker, &names::container(env, &role)).await?;
+                }
+                removed = true;
+            }
+        }
+        Ok(removed)
+    }
+
     async fn applications(
         &self,
         id: &EnvironmentId,
@@ -77,6 +104,96 @@ impl LocalRuntime {
                     .is_some_and(|l| l.contains_key(SERVICE_LABEL))
             })
             .collect())
+    }
+}
+
+/// What the start of every service in `up` shares.
+#[derive(Clone, Copy)]
+struct Starting<'a> {
+    docker: &'a Docker,
+    at: Placement<'a>,
+    progress: &'a dyn ProgressSink,
+    egress: &'a str,
+    /// Set when anything is (re)created.
+    changed: &'a std::sync::atomic::AtomicBool,
+}
+
+impl Starting<'_> {
+    /// `service` from its [`service::prepare`]d `instances`: its migration first when an instance
+    /// is new, then every instance (gate, application, readiness) at once, then its URL.
+    async fn service(
+        self,
+        service: &af_manifest::Service,
+        image: &str,
+        instances: Vec<service::Prepared>,
+    ) -> Result<(), RuntimeError> {
+        let Starting {
+            docker,
+            at,
+            progress,
+            egress,
+            changed,
+        } = self;
+        // A service whose instances all run as specified has had its migration; one that is
+        // (re)created gets it first, once.
+        if let Some(command) = &service.migrate
+            && !instances.iter().all(service::Prepared::is_current)
+        {
+            let detail = format!("{} ({})", service.name, command.join(" "));
+            af_runtime::run_step(
+                progress,
+                Step::Migrations,
+                &detail,
+                service::migrate(docker, at, service, image, command),
+            )
+            .await?;
+            changed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let detail = format!(
+            "{} ({} instance{})",
+            service.name,
+            service.replicas,
+            if service.replicas == 1 { "" } else { "s" }
+        );
+        let detail = &detail;
+        af_runtime::run_step(progress, Step::Services, detail, async {
+            // Instances are independent of each other: all start at once.
+            let addresses = futures_util::future::try_join_all(instances.into_iter().map(
+                |prepared| async move {
+                    let (instance, created) = service::start(docker, at, service, prepared).await?;
+                    changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(port) = service.port {
+                        progress.emit(ProgressEvent::Waiting {
+                            step: Step::Readiness,
+                            within: detail.clone(),
+                            on: format!("{} port {port}", instance.app),
+                            elapsed: Duration::ZERO,
+                        });
+                        service::wait_ready(
+                            docker,
+                            &instance,
+                            port,
+                            service.health_path.as_deref(),
+                            READINESS_TIMEOUT,
+                        )
+                        .await?;
+                    }
+                    Ok::<_, DockerError>(instance.ip)
+                },
+            ))
+            .await?;
+            if let (true, Some(port)) = (service.web, service.port) {
+                let (url, created) =
+                    ingress::start(docker, at, egress, &service.name, port, &addresses).await?;
+                changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
+                progress.emit(ProgressEvent::Url {
+                    service: service.name.clone(),
+                    url,
+                });
+            }
+            Ok::<_, DockerError>(())
+        })
+        .await
     }
 }
 
@@ -325,100 +442,24 @@ impl Runtime for LocalRuntime {
                         })?,
                 );
             }
+            let starting = Starting {
+                docker,
+                at: placement,
+                progress,
+                egress,
+                changed,
+            };
             futures_util::future::try_join_all(wave.into_iter().zip(wave_prepared).map(
-                |(service, instances)| async move {
-                    let image = &images[&service.name];
-                    // A service whose instances all run as specified has had its migration; one
-                    // that is (re)created gets it first, once.
-                    if let Some(command) = &service.migrate
-                        && !instances.iter().all(service::Prepared::is_current)
-                    {
-                        let detail = format!("{} ({})", service.name, command.join(" "));
-                        af_runtime::run_step(
-                            progress,
-                            Step::Migrations,
-                            &detail,
-                            service::migrate(docker, placement, service, image, command),
-                        )
-                        .await?;
-                        changed.store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    let detail = format!(
-                        "{} ({} instance{})",
-                        service.name,
-                        service.replicas,
-                        if service.replicas == 1 { "" } else { "s" }
-                    );
-                    let detail = &detail;
-                    af_runtime::run_step(progress, Step::Services, detail, async {
-                        // Instances are independent of each other: all start at once.
-                        let addresses = futures_util::future::try_join_all(
-                            instances.into_iter().map(|prepared| async move {
-                                let (instance, created) =
-                                    service::start(docker, placement, service, prepared).await?;
-                                changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
-                                if let Some(port) = service.port {
-                                    progress.emit(ProgressEvent::Waiting {
-                                        step: Step::Readiness,
-                                        within: detail.clone(),
-                                        on: format!("{} port {port}", instance.app),
-                                        elapsed: Duration::ZERO,
-                                    });
-                                    service::wait_ready(
-                                        docker,
-                                        &instance,
-                                        port,
-                                        service.health_path.as_deref(),
-                                        READINESS_TIMEOUT,
-                                    )
-                                    .await?;
-                                }
-                                Ok::<_, DockerError>(instance.ip)
-                            }),
-                        )
-                        .await?;
-                        if let (true, Some(port)) = (service.web, service.port) {
-                            let (url, created) = ingress::start(
-                                docker,
-                                placement,
-                                egress,
-                                &service.name,
-                                port,
-                                &addresses,
-                            )
-                            .await?;
-                            changed.fetch_or(created, std::sync::atomic::Ordering::Relaxed);
-                            progress.emit(ProgressEvent::Url {
-                                service: service.name.clone(),
-                                url,
-                            });
-                        }
-                        Ok::<_, DockerError>(())
-                    })
-                    .await?;
-                    Ok::<(), RuntimeError>(())
-                },
+                |(service, instances)| starting.service(service, &images[&service.name], instances),
             ))
             .await?;
         }
-        // Instances the manifest no longer has (a service removed, replicas lowered) go.
-        for stale in self.applications(env).await.map_err(RuntimeError::from)? {
-            let labels = stale.labels.unwrap_or_default();
-            let service = labels.get(SERVICE_LABEL).cloned().unwrap_or_default();
-            let index: u32 = labels
-                .get(INSTANCE_LABEL)
-                .and_then(|i| i.parse().ok())
-                .unwrap_or(u32::MAX);
-            let wanted = manifest.services.get(&service).map_or(0, |s| s.replicas);
-            if index >= wanted {
-                let (holder_role, app_role) = service::roles(&service, index);
-                for role in [app_role, holder_role] {
-                    one_shot::remove(docker, &names::container(env, &role))
-                        .await
-                        .map_err(RuntimeError::from)?;
-                }
-                changed.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
+        if self
+            .remove_stale_instances(env, manifest)
+            .await
+            .map_err(RuntimeError::from)?
+        {
+            changed.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let mut status = self.status(env).await?;
         status.containment = Some(containment);
