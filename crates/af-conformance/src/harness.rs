@@ -57,7 +57,9 @@ pub trait Harness: Send + Sync {
 
     /// The positive control: `routes` (`NAME=KIND:ADDRESS`) tried by a client the platform lets
     /// reach every outside host.
-    async fn try_from_outside(&self, routes: &[String]) -> Result<Vec<RouteOutcome>, String>;
+    async fn try_from_outside(&self, routes: &[String]) -> Result<Vec<RouteOutcome>, String> {
+        self.outside_hosts().try_from_control(routes).await
+    }
     /// `routes` tried from inside a service's instance by the platform itself (exactly the
     /// service's rules), for when the service cannot be asked: its sidecar, which delivers
     /// requests to it, is stopped.

@@ -34,6 +34,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 use crate::harness::{Harness, ORIGIN_NAME, REBIND_NAME, RouteOutcome};
 use crate::outside::{Outside, asked_outcomes, probe_args};
+use crate::text;
 
 /// The prefix of the suite's environments' namespaces.
 const NAMESPACE_PREFIX: &str = "afc";
@@ -46,10 +47,6 @@ const POD_PATIENCE: Patience = Patience {
     timeout: Duration::from_secs(120),
     interval: Duration::from_secs(1),
 };
-
-fn text(err: impl std::fmt::Display) -> String {
-    err.to_string()
-}
 
 pub struct KubeHarness {
     docker: Docker,
@@ -86,7 +83,7 @@ impl KubeHarness {
         let mut harness = match KubeHarness::connect(docker.clone(), image, outside, tag).await {
             Ok(harness) => harness,
             Err((outside, err)) => {
-                outside.remove(&docker).await;
+                outside.remove().await;
                 return Err(err);
             }
         };
@@ -391,14 +388,6 @@ impl Harness for KubeHarness {
         &self.scratch
     }
 
-    async fn try_from_outside(&self, routes: &[String]) -> Result<Vec<RouteOutcome>, String> {
-        // The hosts answer (the container on every outside network, IPv6 included, which a
-        // single-stack cluster has not); that the cluster routes to them was proved at the start.
-        self.outside
-            .try_from_control(&self.docker, &self.image, routes)
-            .await
-    }
-
     async fn try_in_service(
         &self,
         id: &EnvironmentId,
@@ -570,7 +559,7 @@ impl Harness for KubeHarness {
                     .await;
             }
         }
-        self.outside.remove(&self.docker).await;
+        self.outside.remove().await;
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }

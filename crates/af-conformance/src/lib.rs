@@ -23,6 +23,11 @@ pub mod runner;
 
 pub use behaviours::roster;
 
+/// An error as the text a record or a harness message carries.
+pub(crate) fn text(err: impl std::fmt::Display) -> String {
+    err.to_string()
+}
+
 /// The roster as the reader knows it.
 pub fn expected() -> Vec<reader::Expected> {
     roster()

@@ -12,6 +12,7 @@ use bollard::Docker;
 
 use crate::harness::{Harness, RouteOutcome};
 use crate::outside::{Outside, probe_in_container};
+use crate::text;
 
 /// A deliberate break of a guarantee, for proving the suite notices one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,10 +39,6 @@ pub struct LocalHarness {
     scratch: PathBuf,
     listeners: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     sabotage: Option<Sabotage>,
-}
-
-fn text(err: impl std::fmt::Display) -> String {
-    err.to_string()
 }
 
 impl LocalHarness {
@@ -102,12 +99,6 @@ impl Harness for LocalHarness {
 
     fn scratch_dir(&self) -> &Path {
         &self.scratch
-    }
-
-    async fn try_from_outside(&self, routes: &[String]) -> Result<Vec<RouteOutcome>, String> {
-        self.outside
-            .try_from_control(&self.docker, &self.image, routes)
-            .await
     }
 
     async fn try_in_service(
@@ -269,7 +260,7 @@ impl Harness for LocalHarness {
         {
             task.abort();
         }
-        self.outside.remove(&self.docker).await;
+        self.outside.remove().await;
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }

@@ -10,10 +10,7 @@ use af_manifest::EnvironmentId;
 use bollard::Docker;
 
 use crate::harness::{ORIGIN_NAME, OutsideAddresses, REBIND_NAME, RouteOutcome};
-
-fn text(err: impl std::fmt::Display) -> String {
-    err.to_string()
-}
+use crate::text;
 
 #[derive(Debug)]
 pub struct Outside {
@@ -27,6 +24,9 @@ pub struct Outside {
     pub own: EnvironmentId,
     /// The positive control: a holder on every outside network.
     pub control: String,
+    docker: Docker,
+    /// The engine image the hosts and the probes run.
+    image: String,
 }
 
 impl Outside {
@@ -77,6 +77,8 @@ impl Outside {
             others: vec![metadata, global6, metadata6],
             own,
             control: String::new(),
+            docker: docker.clone(),
+            image: image.to_string(),
         };
         let control = one_shot::start_holder(
             docker,
@@ -89,13 +91,13 @@ impl Outside {
         match control {
             Ok(control) => outside.control = control,
             Err(err) => {
-                outside.remove(docker).await;
+                outside.remove().await;
                 return Err(err.to_string());
             }
         }
         for host in outside.hosts().skip(1) {
             if let Err(err) = host.attach(docker, &outside.control, &[]).await {
-                outside.remove(docker).await;
+                outside.remove().await;
                 return Err(err.to_string());
             }
         }
@@ -124,15 +126,10 @@ impl Outside {
     }
 
     /// `routes` tried from the positive control.
-    pub async fn try_from_control(
-        &self,
-        docker: &Docker,
-        image: &str,
-        routes: &[String],
-    ) -> Result<Vec<RouteOutcome>, String> {
+    pub async fn try_from_control(&self, routes: &[String]) -> Result<Vec<RouteOutcome>, String> {
         probe_in_container(
-            docker,
-            image,
+            &self.docker,
+            &self.image,
             &self.own,
             &self.control,
             &self.addresses,
@@ -142,10 +139,10 @@ impl Outside {
     }
 
     /// Removes the hosts and the positive control.
-    pub async fn remove(&self, docker: &Docker) {
-        let _ = teardown::down(docker, &self.own).await;
+    pub async fn remove(&self) {
+        let _ = teardown::down(&self.docker, &self.own).await;
         for host in self.hosts() {
-            host.remove(docker).await;
+            host.remove(&self.docker).await;
         }
     }
 }

@@ -2,6 +2,8 @@
 //! for the sidecar alone. Created with af's labels in the creating call; a network with our name
 //! and without our label is someone else's and is refused (AF-RUN-045), never reused or removed.
 
+use std::net::Ipv4Addr;
+
 use af_manifest::EnvironmentId;
 use af_runtime::RuntimeErrorKind;
 use bollard::Docker;
@@ -80,17 +82,6 @@ pub async fn ensure(docker: &Docker, env: &EnvironmentId) -> Result<(String, Str
 /// Where Docker picks the services' network's own addresses: the upper half of its /24 (126
 /// containers), leaving the lower half to addresses af fixes.
 const DYNAMIC_RANGE: &str = "128/25";
-
-/// Whether the services' network `name` keeps containers' own addresses out of the lower half (a
-/// network made by an earlier af does not): only then can instances be made before the sidecar
-/// takes its fixed address.
-pub async fn reserves_fixed_addresses(docker: &Docker, name: &str) -> Result<bool, DockerError> {
-    Ok(ipam(docker, name).await?.iter().any(|c| {
-        c.ip_range
-            .as_deref()
-            .is_some_and(|r| r.ends_with(DYNAMIC_RANGE))
-    }))
-}
 
 /// The services' network gets a subnet af chooses, so the sidecar can have a fixed address in it
 /// (Docker assigns fixed addresses only in subnets a user configured). Candidates are /24s of
@@ -185,19 +176,66 @@ impl Layout {
 /// A network's subnets and gateways. Docker reports each subnet's gateway; one it does not report
 /// is Docker's default, the subnet's first address.
 pub async fn layout(docker: &Docker, name: &str) -> Result<Layout, DockerError> {
+    Ok(layout_of(&ipam(docker, name).await?))
+}
+
+fn layout_of(configs: &[IpamConfig]) -> Layout {
     let mut layout = Layout::default();
-    for config in ipam(docker, name).await? {
-        let Some(subnet) = config.subnet else {
+    for config in configs {
+        let Some(subnet) = config.subnet.clone() else {
             continue;
         };
         let gateway = config
             .gateway
+            .clone()
             .filter(|g| !g.is_empty())
             .or_else(|| crate::sidecar::host_in(&subnet, 1).map(|ip| ip.to_string()));
         layout.gateways.extend(gateway);
         layout.subnets.push(subnet);
     }
-    Ok(layout)
+    layout
+}
+
+/// What `up` needs to know of the services' network's addresses, from one inspection.
+#[derive(Clone, Debug)]
+pub struct Addressing {
+    pub layout: Layout,
+    /// The sidecar's fixed address: host .2 of the IPv4 subnet (the gateway is .1).
+    pub sidecar_ip: Ipv4Addr,
+    /// Whether the network keeps containers' own addresses out of the lower half (a network made
+    /// by an earlier af does not): only then can instances be made before the sidecar takes its
+    /// fixed address.
+    pub reserves_fixed: bool,
+}
+
+pub async fn addressing(docker: &Docker, name: &str) -> Result<Addressing, DockerError> {
+    let configs = ipam(docker, name).await?;
+    let subnet = configs
+        .iter()
+        .filter_map(|c| c.subnet.as_deref())
+        .find(|s| !s.contains(':'))
+        .ok_or_else(|| {
+            platform(
+                format!("reading the subnet of {name}"),
+                "it has no IPv4 subnet",
+            )
+        })?;
+    let sidecar_ip = crate::sidecar::host_in(subnet, 2).ok_or_else(|| {
+        platform(
+            format!("choosing the sidecar's address in {subnet}"),
+            "the subnet is too small",
+        )
+    })?;
+    let reserves_fixed = configs.iter().any(|c| {
+        c.ip_range
+            .as_deref()
+            .is_some_and(|r| r.ends_with(DYNAMIC_RANGE))
+    });
+    Ok(Addressing {
+        layout: layout_of(&configs),
+        sidecar_ip,
+        reserves_fixed,
+    })
 }
 
 /// The subnets of a network, as CIDR text.

@@ -1,6 +1,7 @@
-//! Containers that run once to completion — the containment probe, the gates — started under
-//! exactly the rules a service gets: the environment's network only, no capabilities, no new
-//! privileges, a read-only root, af's labels.
+//! Containers that run once to completion — the refusal rules, migrations, the probe's own holder
+//! — started under exactly the rules a service gets: the environment's network only, no
+//! capabilities, no new privileges, a read-only root, af's labels; and the engine run inside a
+//! running holder (the probe, the gates).
 
 use af_manifest::EnvironmentId;
 use af_runtime::RuntimeErrorKind;
@@ -241,19 +242,29 @@ async fn collect(docker: &Docker, name: &str) -> Result<Finished, DockerError> {
             ..Default::default()
         }),
     );
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    while let Some(chunk) = logs.next().await {
-        match chunk.map_err(|e| platform(format!("reading the logs of {name}"), e))? {
-            LogOutput::StdOut { message } => stdout.push_str(&String::from_utf8_lossy(&message)),
-            LogOutput::StdErr { message } => stderr.push_str(&String::from_utf8_lossy(&message)),
-            _ => {}
-        }
-    }
+    let (stdout, stderr) = read_output(&mut logs, || format!("reading the logs of {name}")).await?;
     Ok(Finished {
         exit_code,
         stdout,
         stderr,
     })
+}
+
+/// A container's or an exec's output, to its end: (stdout, stderr). `what` names the reading for
+/// an error.
+async fn read_output(
+    output: &mut (impl futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin),
+    what: impl Fn() -> String,
+) -> Result<(String, String), DockerError> {
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    while let Some(chunk) = output.next().await {
+        match chunk.map_err(|e| platform(what(), e))? {
+            LogOutput::StdOut { message } => stdout.push_str(&String::from_utf8_lossy(&message)),
+            LogOutput::StdErr { message } => stderr.push_str(&String::from_utf8_lossy(&message)),
+            _ => {}
+        }
+    }
+    Ok((stdout, stderr))
 }
 
 /// Runs the engine binary with `args` inside `holder`, a running holder: in its namespaces, as its
@@ -300,20 +311,12 @@ pub async fn exec_in_holder(
         .start_exec(&created.id, None::<bollard::exec::StartExecOptions>)
         .await
         .map_err(|e| platform(what(), e))?;
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    if let bollard::exec::StartExecResults::Attached { mut output, .. } = started {
-        while let Some(chunk) = output.next().await {
-            match chunk.map_err(|e| platform(what(), e))? {
-                LogOutput::StdOut { message } => {
-                    stdout.push_str(&String::from_utf8_lossy(&message));
-                }
-                LogOutput::StdErr { message } => {
-                    stderr.push_str(&String::from_utf8_lossy(&message));
-                }
-                _ => {}
-            }
+    let (stdout, stderr) = match started {
+        bollard::exec::StartExecResults::Attached { mut output, .. } => {
+            read_output(&mut output, what).await?
         }
-    }
+        bollard::exec::StartExecResults::Detached => (String::new(), String::new()),
+    };
     let inspected = docker
         .inspect_exec(&created.id)
         .await

@@ -197,15 +197,16 @@ impl Starting<'_> {
     }
 }
 
-/// [`service::prepare`] for every instance of `services`, all at once; by (service, index). The
-/// holder of the first fresh instance ready goes to `first_fresh`; dropped unsent when none is.
+/// [`service::prepare`] for every instance of `services`, all at once; by service, in instance
+/// order. The holder of the first fresh instance ready goes to `first_fresh`; dropped unsent when
+/// none is.
 async fn prepare_instances<'s>(
     docker: &Docker,
     at: Placement<'_>,
     services: impl Iterator<Item = &'s af_manifest::Service>,
     images: &BTreeMap<String, String>,
     first_fresh: Option<tokio::sync::oneshot::Sender<String>>,
-) -> Result<BTreeMap<(String, u32), service::Prepared>, DockerError> {
+) -> Result<BTreeMap<String, Vec<service::Prepared>>, DockerError> {
     let first_fresh = &std::sync::Mutex::new(first_fresh);
     let instances = services.flat_map(|service| (0..service.replicas).map(move |i| (service, i)));
     let prepared =
@@ -217,10 +218,17 @@ async fn prepare_instances<'s>(
             {
                 let _ = sender.send(holder.clone());
             }
-            Ok::<_, DockerError>(((service.name.clone(), index), instance))
+            Ok::<_, DockerError>((&service.name, instance))
         }))
         .await?;
-    Ok(prepared.into_iter().collect())
+    let mut by_service: BTreeMap<String, Vec<service::Prepared>> = BTreeMap::new();
+    for (service, instance) in prepared {
+        by_service
+            .entry(service.clone())
+            .or_default()
+            .push(instance);
+    }
+    Ok(by_service)
 }
 
 #[async_trait]
@@ -280,7 +288,11 @@ impl Runtime for LocalRuntime {
             networks::ensure(docker, env),
         )
         .await?;
-        let layout = networks::layout(docker, &internal)
+        let networks::Addressing {
+            layout,
+            sidecar_ip,
+            reserves_fixed: early,
+        } = networks::addressing(docker, &internal)
             .await
             .map_err(RuntimeError::from)?;
         // E6 locally: the host's side of the services' network, where a Docker API would listen.
@@ -302,9 +314,7 @@ impl Runtime for LocalRuntime {
             engine_image: &image,
             internal: &internal,
             layout: &layout,
-            sidecar_ip: sidecar::address(docker, &internal)
-                .await
-                .map_err(RuntimeError::from)?,
+            sidecar_ip,
             gate_targets: &targets,
             no_proxy: &no_proxy,
         };
@@ -325,11 +335,9 @@ impl Runtime for LocalRuntime {
         // What runs no workload code and needs no sidecar — each instance's holder and refusal
         // rules, its application container created but not started, the sidecar created but not
         // started — is made while the probe runs; nothing that could reach out starts before the
-        // verdict. A network made by an earlier af does not keep the sidecar's address free, so
-        // there each wave's instances are prepared in turn, after the sidecar.
-        let early = networks::reserves_fixed_addresses(docker, &internal)
-            .await
-            .map_err(RuntimeError::from)?;
+        // verdict. A network made by an earlier af does not keep the sidecar's address free
+        // (`early` is false), so there each wave's instances are prepared in turn, after the
+        // sidecar.
         let images = &images;
         let webhooks: Vec<(String, u16)> = manifest
             .services
@@ -419,7 +427,13 @@ impl Runtime for LocalRuntime {
         }
         changed.store(sidecar_created, std::sync::atomic::Ordering::Relaxed);
         // Services of one wave depend only on earlier waves, so each wave starts at once.
-        let (egress, changed) = (&egress, &changed);
+        let starting = Starting {
+            docker,
+            at: placement,
+            progress,
+            egress: &egress,
+            changed: &changed,
+        };
         for wave in manifest.services_in_start_waves() {
             if !early {
                 prepared.extend(
@@ -428,27 +442,10 @@ impl Runtime for LocalRuntime {
                         .map_err(RuntimeError::from)?,
                 );
             }
-            let mut wave_prepared: Vec<Vec<service::Prepared>> = Vec::new();
-            for service in &wave {
-                wave_prepared.push(
-                    (0..service.replicas)
-                        .map(|index| prepared.remove(&(service.name.clone(), index)))
-                        .collect::<Option<Vec<_>>>()
-                        .ok_or_else(|| {
-                            RuntimeError::platform_failed(
-                                format!("starting {}", service.name),
-                                "an instance was not prepared",
-                            )
-                        })?,
-                );
-            }
-            let starting = Starting {
-                docker,
-                at: placement,
-                progress,
-                egress,
-                changed,
-            };
+            let wave_prepared: Vec<Vec<service::Prepared>> = wave
+                .iter()
+                .map(|service| prepared.remove(&service.name).unwrap_or_default())
+                .collect();
             futures_util::future::try_join_all(wave.into_iter().zip(wave_prepared).map(
                 |(service, instances)| starting.service(service, &images[&service.name], instances),
             ))

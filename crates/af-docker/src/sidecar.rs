@@ -131,28 +131,6 @@ webhooks: {{{webhooks}}}
     ))
 }
 
-/// The sidecar's address on the services' network `internal`: host .2 of its subnet (the gateway
-/// is .1). Fixed before the sidecar exists; the network keeps containers' own addresses out of
-/// the lower half ([`networks::reserves_fixed_addresses`]).
-pub async fn address(docker: &Docker, internal: &str) -> Result<Ipv4Addr, DockerError> {
-    let subnet = networks::subnets(docker, internal)
-        .await?
-        .into_iter()
-        .find(|s| !s.contains(':'))
-        .ok_or_else(|| {
-            platform(
-                format!("reading the subnet of {internal}"),
-                "it has no IPv4 subnet",
-            )
-        })?;
-    host_in(&subnet, 2).ok_or_else(|| {
-        platform(
-            format!("choosing the sidecar's address in {subnet}"),
-            "the subnet is too small",
-        )
-    })
-}
-
 /// The sidecar after [`prepare`].
 #[derive(Debug)]
 pub enum Prepared {
@@ -216,7 +194,7 @@ pub async fn prepare(
         return Ok(Prepared::Running(find(docker, env).await?));
     }
     one_shot::clear(docker, &name, env).await?;
-    let internal_ip = address(docker, internal).await?;
+    let internal_ip = networks::addressing(docker, internal).await?.sidecar_ip;
     let token = af_egress::config::new_control_token()
         .map_err(|e| platform("making the control token", e))?;
     let body = ContainerCreateBody {

@@ -202,6 +202,11 @@ async fn upstream(
 /// Sockets towards the platform's resolver: more than one source port, so an off-path forger has
 /// to guess the port as well as the id.
 const UPSTREAM_SOCKETS: usize = 2;
+// `serve_udp` waits on each upstream socket by name in its `select!`.
+const _: () = assert!(
+    UPSTREAM_SOCKETS == 2,
+    "serve_udp selects on exactly two upstream sockets"
+);
 
 /// Forwards internal queries to the platform's resolver over long-lived sockets, the way a caching
 /// resolver does: each query gets an unpredictable id of its own, and the answer is matched back

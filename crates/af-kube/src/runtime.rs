@@ -63,9 +63,9 @@ pub struct KubeRuntime {
     namespace_prefix: String,
     engine_image: String,
     probe_targets: Vec<String>,
-    cluster: Cluster,
-    /// What could not be read off the cluster when connecting, said at every `up`.
-    cluster_notes: Vec<String>,
+    /// What rendering needs of the cluster; `None`: read off it at each `up`
+    /// ([`crate::apply::cluster::discover`]), the only command that renders.
+    cluster: Option<Cluster>,
     capabilities: Capabilities,
 }
 
@@ -98,8 +98,7 @@ impl KubeRuntime {
             namespace_prefix,
             engine_image,
             probe_targets,
-            cluster,
-            cluster_notes: Vec::new(),
+            cluster: Some(cluster),
             capabilities: Capabilities::new(
                 "kubernetes",
                 [
@@ -118,7 +117,7 @@ impl KubeRuntime {
     }
 
     /// Connects through the kubeconfig: `context`, or the current one; the cluster's resolver and
-    /// ingress controller are read off it ([`crate::apply::cluster::discover`]).
+    /// ingress controller are read off it at `up` ([`crate::apply::cluster::discover`]).
     pub async fn connect(
         context: Option<&str>,
         namespace_prefix: String,
@@ -153,7 +152,6 @@ impl KubeRuntime {
         );
         let client = kube::Client::try_from(config)
             .map_err(|e| RuntimeError::platform_failed("connecting to the cluster", e))?;
-        let (cluster, cluster_notes) = crate::apply::cluster::discover(client.clone()).await;
         let mut runtime = KubeRuntime::new(
             client,
             &chosen,
@@ -161,9 +159,9 @@ impl KubeRuntime {
             namespace_prefix,
             engine_image,
             probe_targets,
-            cluster,
+            Cluster::default(),
         );
-        runtime.cluster_notes = cluster_notes;
+        runtime.cluster = None;
         Ok(runtime)
     }
 
@@ -285,6 +283,7 @@ impl KubeRuntime {
 
     fn rendered(
         &self,
+        cluster: &Cluster,
         environment: &Environment,
         images: &BTreeMap<String, String>,
         sidecar_ip: IpAddr,
@@ -300,7 +299,7 @@ impl KubeRuntime {
             image_commands: &commands,
             probe_targets: &self.probe_targets,
             control_token: token,
-            cluster: &self.cluster,
+            cluster,
         })
         .map_err(|e| RuntimeError::platform_failed("rendering the environment", e))
     }
@@ -446,11 +445,16 @@ impl Runtime for KubeRuntime {
         progress.emit(ProgressEvent::Notice {
             message: format!("af up is about to change {}", self.target),
         });
-        for note in &self.cluster_notes {
-            progress.emit(ProgressEvent::Notice {
-                message: note.clone(),
-            });
-        }
+        let cluster = match &self.cluster {
+            Some(cluster) => cluster.clone(),
+            None => {
+                let (cluster, notes) = crate::apply::cluster::discover(self.client.clone()).await;
+                for message in notes {
+                    progress.emit(ProgressEvent::Notice { message });
+                }
+                cluster
+            }
+        };
         let client = self.client.clone();
         let images = af_runtime::run_step(
             progress,
@@ -460,7 +464,7 @@ impl Runtime for KubeRuntime {
         )
         .await?;
         // Sizes do not depend on the sidecar's address: the fit check runs before anything exists.
-        let sized = self.rendered(environment, &images, STAND_IN, "")?;
+        let sized = self.rendered(&cluster, environment, &images, STAND_IN, "")?;
         af_runtime::run_step(
             progress,
             Step::FitCheck,
@@ -519,7 +523,7 @@ impl Runtime for KubeRuntime {
             None => af_egress::config::new_control_token()
                 .map_err(|e| RuntimeError::platform_failed("making the control token", e))?,
         };
-        let rendered = self.rendered(environment, &images, sidecar_ip, &token)?;
+        let rendered = self.rendered(&cluster, environment, &images, sidecar_ip, &token)?;
         let verdict = af_runtime::run_step(
             progress,
             Step::Probe,
