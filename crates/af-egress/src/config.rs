@@ -5,11 +5,14 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use af_manifest::EgressPolicy;
 use af_runtime::{RuntimeError, RuntimeErrorKind};
 use serde::Deserialize;
+
+use crate::tls_capture::CaptureCa;
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize)]
@@ -34,6 +37,19 @@ pub struct SidecarConfig {
     pub webhooks: BTreeMap<String, String>,
     #[serde(default)]
     pub limits: Limits,
+    /// HTTPS capture: the environment's capture CA. Without it, a captured host reached over TLS
+    /// is refused (and recorded); with it, the sidecar answers it behind a certificate the CA signs.
+    pub tls_capture: Option<TlsCaptureConfig>,
+}
+
+/// The capture CA, each half inline (the Secret's content) or in a file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsCaptureConfig {
+    pub ca_cert: Option<String>,
+    pub ca_cert_file: Option<PathBuf>,
+    pub ca_key: Option<String>,
+    pub ca_key_file: Option<PathBuf>,
 }
 
 /// Where the sidecar listens. Every listener is optional, so the same binary serves as an
@@ -200,11 +216,12 @@ impl Limits {
     }
 }
 
-/// A configuration that was read and checked, with its control token loaded.
+/// A configuration that was read and checked, with its control token and capture CA loaded.
 #[derive(Clone, Debug)]
 pub struct LoadedConfig {
     pub config: SidecarConfig,
     pub control_token: String,
+    pub capture_ca: Option<Arc<CaptureCa>>,
 }
 
 /// Reads, parses and validates a configuration file. Every problem is reported at once, as the
@@ -227,32 +244,64 @@ pub fn parse_config(text: &str, base: &Path) -> Result<LoadedConfig, Vec<String>
     let config: SidecarConfig =
         serde_saphyr::from_str(text).map_err(|err| vec![format!("{}", err.without_snippet())])?;
     let mut problems = config.problems();
-    let token = match (&config.control.token, &config.control.token_file) {
-        (Some(token), None) => Some(token.trim().to_string()),
-        (None, Some(file)) => match std::fs::read_to_string(base.join(file)) {
-            Ok(token) => Some(token.trim().to_string()),
-            Err(err) => {
-                problems.push(format!("control.token_file {}: {err}", file.display()));
-                None
-            }
-        },
-        _ => {
-            problems.push("control needs exactly one of `token` and `token_file`".to_string());
-            None
-        }
-    };
+    let token = inline_or_file(
+        ("control.token", &config.control.token),
+        ("control.token_file", &config.control.token_file),
+        base,
+        &mut problems,
+    )
+    .map(|token| token.trim().to_string());
     if let Some(token) = &token
         && token.len() < 16
     {
         problems
             .push("the control token is shorter than 16 characters; use a random one".to_string());
     }
+    let capture_ca = config.tls_capture.as_ref().and_then(|tls| {
+        let cert = inline_or_file(
+            ("tls_capture.ca_cert", &tls.ca_cert),
+            ("tls_capture.ca_cert_file", &tls.ca_cert_file),
+            base,
+            &mut problems,
+        )?;
+        let key = inline_or_file(
+            ("tls_capture.ca_key", &tls.ca_key),
+            ("tls_capture.ca_key_file", &tls.ca_key_file),
+            base,
+            &mut problems,
+        )?;
+        CaptureCa::load(&cert, &key)
+            .map_err(|err| problems.push(format!("tls_capture: {err}")))
+            .ok()
+    });
     match token {
         Some(control_token) if problems.is_empty() => Ok(LoadedConfig {
             config,
             control_token,
+            capture_ca: capture_ca.map(Arc::new),
         }),
         _ => Err(problems),
+    }
+}
+
+/// A value given either inline or as a file (read from `base` when relative), exactly one of them.
+fn inline_or_file(
+    (inline_key, inline): (&str, &Option<String>),
+    (file_key, file): (&str, &Option<PathBuf>),
+    base: &Path,
+    problems: &mut Vec<String>,
+) -> Option<String> {
+    match (inline, file) {
+        (Some(value), None) => Some(value.clone()),
+        (None, Some(file)) => std::fs::read_to_string(base.join(file))
+            .map_err(|err| problems.push(format!("{file_key} {}: {err}", file.display())))
+            .ok(),
+        _ => {
+            problems.push(format!(
+                "needs exactly one of `{inline_key}` and `{file_key}`"
+            ));
+            None
+        }
     }
 }
 
@@ -398,5 +447,50 @@ mod tests {
         )
         .unwrap_err();
         assert!(err[0].contains("everything"), "{err:?}");
+    }
+
+    #[test]
+    fn a_capture_ca_that_cannot_work_stops_the_sidecar_from_starting() {
+        let err = parse_config(
+            &format!("{MINIMAL}tls_capture: {{ca_cert: x}}\n"),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(
+            err.iter()
+                .any(|p| p.contains("`tls_capture.ca_key` and `tls_capture.ca_key_file`")),
+            "{err:?}"
+        );
+        let err = parse_config(
+            &format!("{MINIMAL}tls_capture: {{ca_cert: x, ca_key_file: /nonexistent/ca.key}}\n"),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(
+            err.iter().any(|p| p.contains("/nonexistent/ca.key")),
+            "{err:?}"
+        );
+        let (cert, key) = crate::tls_capture::new_ca("shop-main").unwrap();
+        let yaml = |pem: &str| serde_json::to_string(pem).unwrap();
+        let loaded = parse_config(
+            &format!(
+                "{MINIMAL}tls_capture: {{ca_cert: {}, ca_key: {}}}\n",
+                yaml(&cert),
+                yaml(&key)
+            ),
+            Path::new("."),
+        )
+        .unwrap();
+        assert!(loaded.capture_ca.is_some());
+        let err = parse_config(
+            &format!(
+                "{MINIMAL}tls_capture: {{ca_cert: {}, ca_key: {}}}\n",
+                yaml(&cert),
+                yaml(&crate::tls_capture::new_ca("other").unwrap().1)
+            ),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(err[0].starts_with("tls_capture: "), "{err:?}");
     }
 }

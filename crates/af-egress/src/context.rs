@@ -1,5 +1,7 @@
 //! What every listener of one sidecar shares.
 
+use std::sync::Arc;
+
 use af_manifest::EgressPolicy;
 
 use crate::config::Limits;
@@ -7,6 +9,7 @@ use crate::decision_log::DecisionLog;
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::resolve::Resolver;
+use crate::tls_capture::CaptureCa;
 
 #[derive(Debug)]
 pub struct Shared {
@@ -17,4 +20,6 @@ pub struct Shared {
     pub inbox: Inbox,
     pub metrics: Metrics,
     pub limits: Limits,
+    /// Signs certificates for captured names reached over TLS; without it they are refused.
+    pub capture_ca: Option<Arc<CaptureCa>>,
 }

@@ -295,7 +295,7 @@ async fn reuse_or_connect(
 }
 
 /// Answers a captured request itself and stores it in the inbox, body and all (up to the limit).
-async fn capture(
+pub(crate) async fn capture(
     req: Request<Incoming>,
     pending: Pending,
     shared: &Shared,

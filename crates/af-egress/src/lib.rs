@@ -6,6 +6,8 @@
 //! - listeners: the forward proxy (absolute-form HTTP and CONNECT, with the ClientHello's server
 //!   name checked against the CONNECT host), transparent HTTP and TLS for clients that ignore proxy
 //!   settings, the DNS responder, the SMTP sink.
+//! - capture: captured hosts are answered by the sidecar over plain HTTP, SMTP, and — with the
+//!   environment's capture CA ([`tls_capture`]) — over TLS.
 //! - records: the decision log (a bounded on-disk ring of JSON lines) and the capture inbox, read
 //!   through the control API.
 //!
@@ -31,6 +33,7 @@ pub mod policy;
 mod resolve;
 mod server;
 mod smtp;
+pub mod tls_capture;
 mod tunnel;
 mod udp_batch;
 mod webhook;

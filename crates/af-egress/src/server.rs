@@ -57,6 +57,7 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
     let LoadedConfig {
         config,
         control_token,
+        capture_ca,
     } = loaded;
     let shared = Arc::new(Shared {
         environment: config.environment.clone(),
@@ -66,6 +67,7 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
         inbox: Inbox::new(config.inbox.clone()),
         metrics: Metrics::default(),
         limits: config.limits.clone(),
+        capture_ca,
     });
     let mut addresses = BoundAddresses::default();
     let mut tasks = JoinSet::new();

@@ -1,7 +1,8 @@
-//! TLS without terminating it: CONNECT tunnels through the forward proxy, and transparent TLS
-//! clients on port 443. Both are decided by name (the CONNECT host, or the ClientHello's server
-//! name) and spliced to the checked address; a CONNECT whose ClientHello names another server than
-//! the CONNECT host is refused (domain fronting).
+//! TLS: CONNECT tunnels through the forward proxy, and transparent TLS clients on port 443. Both
+//! are decided by name (the CONNECT host, or the ClientHello's server name); an allowed one is
+//! spliced to the checked address without terminating TLS, a captured one is answered by the
+//! sidecar ([`crate::tls_capture`]). A CONNECT whose ClientHello names another server than the
+//! CONNECT host is refused (domain fronting).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::decision_log::Pending;
 use crate::dial::{connect as dial, dial_address, logged_rule, read_hello};
 use crate::http_proxy::{denied, plain};
 use crate::policy::{Decision, DenyReason, Target, decide};
+use crate::tls_capture::{self, CapturedConnection, NO_CA_NOTE};
 
 /// Bytes read per system call in each direction of a tunnel: large enough that a 1 MiB download
 /// is a few dozen reads, not a hundred and twenty-eight.
@@ -26,11 +28,6 @@ const TUNNEL_BUFFER: usize = 32 << 10;
 
 /// The port transparent TLS clients meant to reach.
 const HTTPS_PORT: u16 = 443;
-
-/// What a captured host gets over TLS: the sidecar cannot answer without terminating TLS, which is
-/// not built, so the connection is refused and recorded as captured.
-const TLS_CAPTURE_NOTE: &str =
-    "tls not captured: the sidecar answers captured hosts over http:// only";
 
 /// Handles `CONNECT host:port`: decides, answers 200, then checks the ClientHello and splices.
 pub async fn connect(
@@ -62,18 +59,36 @@ pub async fn connect(
             pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
             return denied(&target, &reason);
         }
-        Decision::Capture { rule, .. } => {
-            pending.finish(
-                &shared.log,
-                Verdict::Capture,
-                &format!("{rule} ({TLS_CAPTURE_NOTE})"),
-                0,
-                0,
-            );
-            return plain(
-                StatusCode::BAD_GATEWAY,
-                &format!("af egress: {target} is captured; {TLS_CAPTURE_NOTE}\n"),
-            );
+        Decision::Capture { rule, response } => {
+            if shared.capture_ca.is_none() {
+                pending.finish(
+                    &shared.log,
+                    Verdict::Capture,
+                    &format!("{rule} ({NO_CA_NOTE})"),
+                    0,
+                    0,
+                );
+                return plain(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("af egress: {target} is captured; {NO_CA_NOTE}\n"),
+                );
+            }
+            let captured = CapturedConnection {
+                peer,
+                protocol: "connect",
+                host,
+                port,
+                rule,
+                response: response.clone(),
+            };
+            let upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                match upgrade.await {
+                    Ok(upgraded) => capture_tunnel(TokioIo::new(upgraded), captured, shared).await,
+                    Err(err) => tracing::debug!(%peer, error = %err, "CONNECT upgrade failed"),
+                }
+            });
+            return Response::new(full(""));
         }
         Decision::Allow { rule } => rule,
     };
@@ -108,6 +123,34 @@ pub async fn connect(
         }
     });
     Response::new(full(""))
+}
+
+/// A CONNECT tunnel to a captured host: its ClientHello may name no server or the CONNECT host (the
+/// certificate is made for that name), then the sidecar answers it.
+async fn capture_tunnel<C>(mut client: C, captured: CapturedConnection, shared: Arc<Shared>)
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let refuse = |reason: DenyReason| {
+        Pending::new(
+            &shared.environment,
+            captured.peer,
+            captured.protocol,
+            "CONNECT",
+            &captured.host,
+            captured.port,
+        )
+        .finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0)
+    };
+    let (hello, server_name) =
+        match read_hello(&mut client, shared.limits.client_hello_timeout()).await {
+            Ok(read) => read,
+            Err(reason) => return refuse(reason),
+        };
+    if let Some(sni) = server_name.filter(|sni| !sni.eq_ignore_ascii_case(&captured.host)) {
+        return refuse(DenyReason::SniMismatch { sni });
+    }
+    tls_capture::answer(client, hello, captured, shared.clone()).await;
 }
 
 /// Reads the ClientHello, checks its server name against `target`, dials `addr`, replays the
@@ -252,13 +295,17 @@ async fn transparent_tls(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sh
         Decision::Deny { reason } => {
             pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0)
         }
-        Decision::Capture { rule, .. } => pending.finish(
-            &shared.log,
-            Verdict::Capture,
-            &format!("{rule} ({TLS_CAPTURE_NOTE})"),
-            0,
-            0,
-        ),
+        Decision::Capture { rule, response } => {
+            let captured = CapturedConnection {
+                peer,
+                protocol: "tls-transparent",
+                host: server_name,
+                port: HTTPS_PORT,
+                rule,
+                response: response.clone(),
+            };
+            tls_capture::answer(stream, hello, captured, shared.clone()).await;
+        }
         Decision::Allow { rule } => match dial_address(&target, &shared).await {
             Err(reason) => pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0),
             Ok((ip, via)) => {

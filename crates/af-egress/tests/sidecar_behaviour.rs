@@ -442,3 +442,188 @@ fn allowed_names_are_resolved_through_the_nameserver_and_still_classified() {
         assert_eq!(logged[0]["rule"], "*.allowed.test via 10.99.0.7/32");
     });
 }
+
+/// HTTPS capture: with the environment's capture CA, a captured host reached over TLS — through a
+/// CONNECT tunnel or as a transparent client on 443 — is answered by the sidecar behind a
+/// certificate for that name, and the request lands in the inbox. A client that does not trust the
+/// CA gets no answer and the log says why; a request naming another host inside a captured
+/// connection is misdirected.
+#[test]
+fn captured_https_is_answered_behind_the_environment_ca() {
+    in_private_network(|| async {
+        let (ca_cert, ca_key) = af_egress::tls_capture::new_ca("test-env").unwrap();
+        let dir = std::env::temp_dir().join(format!("af-egress-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.pem"), &ca_cert).unwrap();
+        std::fs::write(dir.join("ca.key"), &ca_key).unwrap();
+        let tls_capture = format!(
+            "tls_capture: {{ca_cert_file: {}, ca_key_file: {}}}\n",
+            dir.join("ca.pem").display(),
+            dir.join("ca.key").display()
+        );
+        let _sidecar = start_sidecar(POLICY, &tls_capture).await;
+
+        let body = r#"{"amount": 990}"#;
+        let charge = format!(
+            "POST /v1/charges HTTP/1.1\r\nhost: api.payments.test\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let tunnel = connect_tunnel("api.payments.test:443").await;
+        let answer = tls_exchange(
+            tunnel,
+            "api.payments.test",
+            Some(&ca_cert),
+            charge.as_bytes(),
+        )
+        .await
+        .expect("the sidecar's certificate verifies against the environment's CA");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with(r#"{"id": "ch_twin"}"#), "{answer}");
+
+        let transparent = TcpStream::connect(addr(SIDECAR, 443)).await.unwrap();
+        let answer = tls_exchange(
+            transparent,
+            "hooks.chat.test",
+            Some(&ca_cert),
+            b"POST /hook HTTP/1.1\r\nhost: hooks.chat.test\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi",
+        )
+        .await
+        .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+
+        let misdirected = tls_exchange(
+            TcpStream::connect(addr(SIDECAR, 443)).await.unwrap(),
+            "hooks.chat.test",
+            Some(&ca_cert),
+            b"GET / HTTP/1.1\r\nhost: api.allowed.test\r\nconnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        assert!(misdirected.starts_with("HTTP/1.1 421"), "{misdirected}");
+
+        let untrusting = tls_exchange(
+            connect_tunnel("api.payments.test:443").await,
+            "api.payments.test",
+            None,
+            b"GET / HTTP/1.1\r\n\r\n",
+        )
+        .await;
+        let err = untrusting
+            .expect_err("a client that does not trust the CA cannot finish the handshake");
+        assert!(err.contains("UnknownIssuer"), "{err}");
+
+        let entries = inbox().await;
+        let hosts: Vec<(&str, &str)> = entries
+            .iter()
+            .map(|e| (e["host"].as_str().unwrap(), e["path"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            hosts,
+            [
+                ("api.payments.test", "/v1/charges"),
+                ("hooks.chat.test", "/hook")
+            ],
+            "{entries:?}"
+        );
+        assert_eq!(entries[0]["body"], body);
+
+        let logged = decisions("").await;
+        let line = |host: &str, protocol: &str| {
+            logged
+                .iter()
+                .filter(|r| r["host"] == host && r["protocol"] == protocol)
+                .map(|r| format!("{} {} {}", r["verdict"], r["method"], r["rule"]))
+                .collect::<Vec<_>>()
+        };
+        let through_tunnel = line("api.payments.test", "connect");
+        assert!(
+            through_tunnel.contains(&"\"capture\" \"POST\" \"api.payments.test\"".to_string()),
+            "{through_tunnel:?}"
+        );
+        assert!(
+            through_tunnel
+                .iter()
+                .any(|l| l.contains("tls handshake failed")
+                    && l.contains("trust the environment's capture CA")),
+            "{through_tunnel:?}"
+        );
+        let transparent = line("hooks.chat.test", "tls-transparent");
+        assert!(
+            transparent.contains(&"\"capture\" \"POST\" \"hooks.chat.test\"".to_string())
+                && transparent
+                    .contains(&"\"deny\" \"GET\" \"misdirected:api.allowed.test\"".to_string()),
+            "{transparent:?}"
+        );
+    });
+}
+
+/// The positive control for the CA: the same tunnel to a captured host, from a sidecar without a
+/// capture CA, is refused, and the log names the missing CA.
+#[test]
+fn captured_https_without_a_capture_ca_is_refused_and_recorded() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let mut tunnel = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        tunnel
+            .write_all(
+                b"CONNECT api.payments.test:443 HTTP/1.1\r\nhost: api.payments.test:443\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let refused = read_response(&mut tunnel).await;
+        assert!(refused.starts_with("HTTP/1.1 502"), "{refused}");
+        let logged = decisions("").await;
+        assert!(
+            logged.iter().any(|r| r["verdict"] == "capture"
+                && r["rule"].as_str().unwrap().contains("no capture CA")),
+            "the log says why: {logged:?}"
+        );
+    });
+}
+
+/// A CONNECT tunnel through the sidecar, its 200 read.
+async fn connect_tunnel(authority: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+    stream
+        .write_all(format!("CONNECT {authority} HTTP/1.1\r\nhost: {authority}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let head = read_response(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream
+}
+
+/// Opens TLS to `server_name` over `stream`, trusting `ca` (or nothing), sends `request` and reads
+/// the answer to the end. The error is the handshake's.
+async fn tls_exchange(
+    stream: TcpStream,
+    server_name: &str,
+    ca: Option<&str>,
+    request: &[u8],
+) -> Result<String, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::AsyncReadExt;
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(ca) = ca {
+        roots
+            .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
+            .unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string()).unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, stream)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    tls.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut out)).await;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}

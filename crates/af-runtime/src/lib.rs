@@ -8,6 +8,7 @@
 //!   044 unsupported, 045 not ours, 047 does not fit).
 
 mod capability;
+pub mod capture_trust;
 mod error;
 mod progress;
 mod runtime;
