@@ -17,6 +17,7 @@ pub mod service;
 pub mod sidecar;
 pub mod teardown;
 pub mod test_hosts;
+pub mod trust;
 
 pub use error::DockerError;
 pub use runtime::LocalRuntime;

@@ -21,6 +21,7 @@ use crate::names::{INSTANCE_LABEL, REPLICAS_LABEL, SERVICE_LABEL};
 use crate::service::{self, Placement};
 use crate::{
     build, control, engine_image, ingress, names, networks, one_shot, probe, sidecar, teardown,
+    trust,
 };
 
 /// How long a service's port may take to open.
@@ -49,6 +50,7 @@ impl LocalRuntime {
                     Capability::HealthPaths,
                     Capability::AnyStatusIsReady,
                     Capability::CronSchedules,
+                    Capability::HttpsCapture,
                 ],
             ),
             probe_targets,
@@ -281,11 +283,28 @@ impl Runtime for LocalRuntime {
             },
         )
         .await?;
-        let (internal, egress) = af_runtime::run_step(
+        let manifest = &environment.manifest;
+        // The capture CA only where something is captured: no service is told to trust a CA that
+        // signs nothing.
+        let captures = !manifest.egress.capture.is_empty();
+        let (internal, egress, capture_ca) = af_runtime::run_step(
             progress,
             Step::Networks,
-            "internal and egress networks",
-            networks::ensure(docker, env),
+            if captures {
+                "internal and egress networks, the capture CA"
+            } else {
+                "internal and egress networks"
+            },
+            async {
+                let (networks, capture_ca) = tokio::join!(networks::ensure(docker, env), async {
+                    match captures {
+                        true => trust::ensure(docker, env, &image).await.map(Some),
+                        false => Ok(None),
+                    }
+                });
+                let (internal, egress) = networks?;
+                Ok::<_, DockerError>((internal, egress, capture_ca?))
+            },
         )
         .await?;
         let networks::Addressing {
@@ -307,7 +326,6 @@ impl Runtime for LocalRuntime {
         {
             targets.extend(["--platform-api".to_string(), api]);
         }
-        let manifest = &environment.manifest;
         let no_proxy = af_runtime::no_proxy(manifest.services.keys().map(String::as_str));
         let placement = Placement {
             env,
@@ -317,6 +335,7 @@ impl Runtime for LocalRuntime {
             sidecar_ip,
             gate_targets: &targets,
             no_proxy: &no_proxy,
+            capture_ca: capture_ca.as_ref(),
         };
         // The probe runs in the first instance holder made ready (refusal rules applied, nothing of
         // the service started), else — every instance already running — in a holder of its own.
@@ -348,11 +367,14 @@ impl Runtime for LocalRuntime {
             sidecar::prepare(
                 docker,
                 env,
-                &image,
-                &internal,
-                &egress,
-                &manifest.egress,
-                &webhooks,
+                sidecar::SidecarSpec {
+                    image: &image,
+                    internal: &internal,
+                    egress: &egress,
+                    policy: &manifest.egress,
+                    webhooks: &webhooks,
+                    capture_ca: capture_ca.as_ref(),
+                },
             )
         };
         let (containment, prepared, sidecar) = if early {

@@ -14,6 +14,7 @@ use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, Network
 use crate::error::{DockerError, platform};
 use crate::one_shot::{self, OneShot};
 use crate::sidecar::{DNS_PORT, PROXY_PORT};
+use crate::trust::CaptureCa;
 use crate::{names, schedule, sidecar};
 
 /// A running instance.
@@ -39,6 +40,9 @@ pub struct Placement<'a> {
     pub gate_targets: &'a [String],
     /// The `NO_PROXY` list every service gets: loopback and the environment's service names.
     pub no_proxy: &'a str,
+    /// The environment's capture CA, when its egress captures anything: every application and
+    /// migration container gets its files and is told to trust it.
+    pub capture_ca: Option<&'a CaptureCa>,
 }
 
 /// The role names of instance `index` of `service`.
@@ -89,11 +93,16 @@ pub fn environment(
     Ok(out)
 }
 
-/// [`environment`] for `service` placed at `at`, references read from af's own environment.
+/// [`environment`] for `service` placed at `at`, references read from af's own environment, and
+/// the variables that make it trust the capture CA (but those it sets itself).
 fn environment_at(at: Placement<'_>, service: &Service) -> Result<Vec<String>, DockerError> {
-    environment(service, &at.sidecar_ip.to_string(), at.no_proxy, |name| {
+    let mut out = environment(service, &at.sidecar_ip.to_string(), at.no_proxy, |name| {
         std::env::var(name).ok()
-    })
+    })?;
+    if let Some(ca) = at.capture_ca {
+        out.extend(ca.variables(|name| service.env.contains_key(name)));
+    }
+    Ok(out)
 }
 
 /// Everything an instance is made from, as a digest; unchanged, a second `up` keeps the instance as
@@ -119,6 +128,7 @@ fn instance_spec(
         ),
         &format!("{:?} {:?}", service.resources.cpu, service.resources.memory),
         &format!("{:?}", at.layout),
+        at.capture_ca.map_or("", |ca| ca.cert.as_str()),
         // The instance carries its service's replica count (status reads it back), so a new
         // count is a new specification.
         &service.replicas.to_string(),
@@ -347,6 +357,9 @@ async fn create_app(
     if let Some(volume) = &volume {
         schedule::mount(volume, &mut host_config);
     }
+    if let Some(ca) = at.capture_ca {
+        ca.mount(&mut host_config);
+    }
     let body = ContainerCreateBody {
         image: Some(image.to_string()),
         entrypoint,
@@ -392,6 +405,7 @@ pub async fn migrate(
         network_mode: joined,
         entrypoint: Some(command.to_vec()),
         env,
+        binds: at.capture_ca.map(CaptureCa::bind).into_iter().collect(),
         ..Default::default()
     };
     let finished = one_shot::run(docker, at.env, &spec).await;

@@ -12,6 +12,7 @@ use bollard::models::{
 };
 
 use crate::error::{DockerError, platform};
+use crate::trust::CaptureCa;
 use crate::{names, networks, one_shot};
 
 pub const PROXY_PORT: u16 = 3128;
@@ -100,6 +101,7 @@ pub fn config(
     internal_ip: Ipv4Addr,
     token: &str,
     webhooks: &[(String, u16)],
+    capture_ca: Option<&CaptureCa>,
 ) -> Result<String, DockerError> {
     let policy = serde_json::to_string(policy)
         .map_err(|e| platform("writing the sidecar configuration", e))?;
@@ -109,6 +111,15 @@ pub fn config(
         .map(|(service, port)| format!("{service}: \"{service}:{port}\""))
         .collect();
     let webhooks = webhooks.join(", ");
+    // Each PEM as one JSON (so YAML) string on one line.
+    let tls_capture = match capture_ca {
+        Some(ca) => format!(
+            "tls_capture: {{ca_cert: {}, ca_key: {}}}\n",
+            serde_json::Value::from(ca.cert.as_str()),
+            serde_json::Value::from(ca.key.as_str())
+        ),
+        None => String::new(),
+    };
     Ok(format!(
         "environment: {env}
 policy: {policy}
@@ -127,7 +138,7 @@ control:
 log:
   path: /var/log/af/decisions.jsonl
 webhooks: {{{webhooks}}}
-"
+{tls_capture}"
     ))
 }
 
@@ -173,23 +184,49 @@ pub async fn start_prepared(
     }
 }
 
+/// What a sidecar is made from.
+#[derive(Clone, Copy, Debug)]
+pub struct SidecarSpec<'a> {
+    /// The engine image.
+    pub image: &'a str,
+    /// The services' network and the egress network.
+    pub internal: &'a str,
+    pub egress: &'a str,
+    pub policy: &'a EgressPolicy,
+    /// Each service that takes webhooks, and its port.
+    pub webhooks: &'a [(String, u16)],
+    pub capture_ca: Option<&'a CaptureCa>,
+}
+
 /// Everything of the sidecar but starting it: kept when it runs as specified, else created (on the
 /// services' network at its fixed address, and on the egress network) and left stopped. `up`
 /// does this while the probe runs; the sidecar starts after the verdict.
 pub async fn prepare(
     docker: &Docker,
     env: &EnvironmentId,
-    image: &str,
-    internal: &str,
-    egress: &str,
-    policy: &EgressPolicy,
-    webhooks: &[(String, u16)],
+    spec: SidecarSpec<'_>,
 ) -> Result<Prepared, DockerError> {
+    let SidecarSpec {
+        image,
+        internal,
+        egress,
+        policy,
+        webhooks,
+        capture_ca,
+    } = spec;
     let name = names::container(env, "sidecar");
     let policy_text = serde_json::to_string(policy)
         .map_err(|e| platform("writing the sidecar configuration", e))?;
     let webhook_text = format!("{webhooks:?}");
-    let spec = names::spec_digest(&[image, internal, egress, &policy_text, &webhook_text]);
+    let ca_cert = capture_ca.map_or("", |ca| ca.cert.as_str());
+    let spec = names::spec_digest(&[
+        image,
+        internal,
+        egress,
+        &policy_text,
+        &webhook_text,
+        ca_cert,
+    ]);
     if one_shot::running_with_spec(docker, &name, env, &spec).await? {
         return Ok(Prepared::Running(find(docker, env).await?));
     }
@@ -202,7 +239,7 @@ pub async fn prepare(
         cmd: Some(vec!["serve".to_string()]),
         env: Some(vec![format!(
             "AF_PROXY_CONFIG_TEXT={}",
-            config(env, policy, internal_ip, &token, webhooks)?
+            config(env, policy, internal_ip, &token, webhooks, capture_ca)?
         )]),
         labels: Some({
             let mut labels = names::labels(env, "sidecar");
@@ -300,6 +337,7 @@ mod tests {
             Ipv4Addr::new(172, 20, 0, 2),
             "0123456789abcdef0123",
             &[("web".to_string(), 8080)],
+            None,
         )
         .unwrap();
         assert!(text.contains("workload_addresses: [172.20.0.2]"));
@@ -310,5 +348,26 @@ mod tests {
             parsed.is_ok(),
             "the sidecar must accept what the runtime writes: {parsed:?}\n{text}"
         );
+        assert!(parsed.unwrap().capture_ca.is_none());
+
+        let (cert, key) = af_egress::tls_capture::new_ca(env.as_str()).unwrap();
+        let ca = CaptureCa {
+            volume: "v".into(),
+            cert,
+            key,
+            with_system_store: true,
+        };
+        let text = config(
+            &env,
+            &EgressPolicy::default(),
+            Ipv4Addr::new(172, 20, 0, 2),
+            "0123456789abcdef0123",
+            &[],
+            Some(&ca),
+        )
+        .unwrap();
+        let parsed = af_egress::parse_config(&text, std::path::Path::new("/"))
+            .unwrap_or_else(|problems| panic!("{problems:?}\n{text}"));
+        assert!(parsed.capture_ca.is_some(), "the sidecar loads the CA");
     }
 }

@@ -213,11 +213,14 @@ async fn a_foreign_container_with_our_name_is_refused_and_left_alone() {
     let refused = af_docker::sidecar::prepare(
         &docker,
         &env,
-        &image,
-        &internal,
-        &egress,
-        &Default::default(),
-        &[],
+        af_docker::sidecar::SidecarSpec {
+            image: &image,
+            internal: &internal,
+            egress: &egress,
+            policy: &Default::default(),
+            webhooks: &[],
+            capture_ca: None,
+        },
     )
     .await
     .expect_err("someone else's container");

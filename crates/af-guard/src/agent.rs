@@ -156,6 +156,7 @@ fn handle(request: &Incoming, state: &Mutex<State>, health_status: u16) -> (u16,
         ("POST", "/connect") => {
             parsed(&body).map(|r| (200, crate::agent_actions::connect_and_hello(&r)))
         }
+        ("POST", "/https") => parsed(&body).map(|r| (200, crate::agent_https::fetch_https(&r))),
         ("POST", "/dns") => parsed(&body).map(|r| (200, crate::agent_actions::ask_dns(&r))),
         ("POST", "/mail") => parsed(&body).map(|r| (200, crate::agent_actions::send_mail(&r))),
         ("POST", "/tamper") => Ok((200, crate::agent_actions::tamper())),

@@ -2,25 +2,25 @@
 //! (`{"error": ...}`), since "it could not" is often exactly what the suite wants to see.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs, UdpSocket};
+use std::net::{TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::agent_wire::{exchange, split_url};
+use crate::agent_wire::{exchange, open_tunnel, split_url};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `HTTP_PROXY` as the environment gives it: the sidecar's `host:port`.
-fn proxy_server() -> Option<String> {
+pub(crate) fn proxy_server() -> Option<String> {
     let proxy = std::env::var("HTTP_PROXY")
         .or_else(|_| std::env::var("http_proxy"))
         .ok()?;
     split_url(&proxy).map(|(server, _)| server)
 }
 
-fn failed(err: impl std::fmt::Display) -> Value {
+pub(crate) fn failed(err: impl std::fmt::Display) -> Value {
     json!({"error": err.to_string()})
 }
 
@@ -101,31 +101,8 @@ pub fn connect_and_hello(request: &ConnectRequest) -> Value {
         return failed("HTTP_PROXY is not set");
     };
     let attempt = || -> io::Result<Value> {
-        let address = proxy
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io::Error::other("the proxy resolves to nothing"))?;
-        let mut stream = TcpStream::connect_timeout(&address, TIMEOUT)?;
+        let (mut stream, status) = open_tunnel(&proxy, &request.target, TIMEOUT)?;
         stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        write!(
-            stream,
-            "CONNECT {0} HTTP/1.1\r\nhost: {0}\r\n\r\n",
-            request.target
-        )?;
-        let mut reader = BufReader::new(stream.try_clone()?);
-        let mut status_line = String::new();
-        reader.read_line(&mut status_line)?;
-        let status: u16 = status_line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
-                break;
-            }
-        }
         if status != 200 {
             return Ok(json!({"connect_status": status}));
         }
@@ -133,7 +110,7 @@ pub fn connect_and_hello(request: &ConnectRequest) -> Value {
             &request.sni,
         )))?;
         let mut buffer = [0u8; 256];
-        let after = match reader.read(&mut buffer) {
+        let after = match stream.read(&mut buffer) {
             Ok(0) => "closed",
             Ok(_) => "data",
             Err(err) if err.kind() == io::ErrorKind::ConnectionReset => "closed",

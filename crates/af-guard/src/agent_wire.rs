@@ -93,18 +93,18 @@ pub fn exchange(server: &str, request: &[u8], timeout: Duration) -> io::Result<(
     let mut stream = TcpStream::connect_timeout(&address, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.write_all(request)?;
-    let mut reader = BufReader::new(stream);
+    read_answer(BufReader::new(stream))
+}
+
+/// Reads one HTTP/1.1 answer: status and body.
+pub fn read_answer(mut reader: impl BufRead) -> io::Result<(u16, Vec<u8>)> {
     let (status_line, length) = read_head(&mut reader)?;
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("not an HTTP answer: {status_line:?}"),
-            )
-        })?;
+    let status = status_of(&status_line).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not an HTTP answer: {status_line:?}"),
+        )
+    })?;
     let mut body = Vec::new();
     if length > 0 {
         body = read_body(&mut reader, length)?;
@@ -112,6 +112,38 @@ pub fn exchange(server: &str, request: &[u8], timeout: Duration) -> io::Result<(
         reader.take(LIMIT as u64).read_to_end(&mut body)?;
     }
     Ok((status, body))
+}
+
+fn status_of(status_line: &str) -> Option<u16> {
+    status_line.split(' ').nth(1).and_then(|s| s.parse().ok())
+}
+
+/// Opens `CONNECT target` through `proxy`; the stream and the proxy's status (the tunnel is open
+/// only on 200). The answer's head is read whole, nothing after it.
+pub fn open_tunnel(proxy: &str, target: &str, timeout: Duration) -> io::Result<(TcpStream, u16)> {
+    use std::net::ToSocketAddrs;
+    let address = proxy
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::other("the proxy resolves to nothing"))?;
+    let mut stream = TcpStream::connect_timeout(&address, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    write!(
+        stream,
+        "CONNECT {target} HTTP/1.1\r\nhost: {target}\r\n\r\n"
+    )?;
+    // Byte by byte, so nothing the tunnel carries after the head is read here.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte)? == 0 || head.len() > LIMIT {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let status = status_of(head.lines().next().unwrap_or_default()).unwrap_or(0);
+    Ok((stream, status))
 }
 
 /// An `http://host[:port]/path` URL: the server to connect to and the path.

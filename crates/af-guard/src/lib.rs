@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod agent_actions;
+pub mod agent_https;
 mod agent_wire;
 pub mod gate;
 pub mod netlock;

@@ -39,6 +39,9 @@ pub enum Capability {
     /// Readiness counts only 2xx/3xx answers on `health_path` (Kubernetes, which decides
     /// readiness itself); the other half of the documented local/Kubernetes difference.
     HealthMustSucceed,
+    /// Captured hosts answered over HTTPS too: the environment's capture CA signs the sidecar's
+    /// certificates and the services are told to trust it.
+    HttpsCapture,
 }
 
 impl Capability {
@@ -63,6 +66,9 @@ impl Capability {
             }
             Capability::HealthMustSucceed => {
                 "counting only 2xx/3xx on health_path as ready (it treats any status as ready)"
+            }
+            Capability::HttpsCapture => {
+                "answering captured hosts over https:// (no capture CA yet); call them over http://"
             }
             Capability::Migrations => "migrations (services.<name>.migrate) yet",
             Capability::CronSchedules => "cron schedules (services.<name>.cron) yet",

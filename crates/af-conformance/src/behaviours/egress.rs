@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::{check, fetch, main_env, require};
 use crate::behaviour::{Area, Behaviour};
+use crate::context::Ctx;
 use crate::fixtures::{CAPTURED_BODY, CAPTURED_NAME, DENIED_NAME, MAIL_NAME};
 use crate::harness::ORIGIN_NAME;
 
@@ -34,6 +35,18 @@ pub fn all() -> Vec<Behaviour> {
             None,
             "a request to a captured host gets the manifest's canned answer, from the sidecar",
             captured,
+        ),
+        b(
+            "egress_captured_https_through_the_proxy_is_answered",
+            Some(Capability::HttpsCapture),
+            "an HTTPS request through a CONNECT tunnel to a captured host is answered by the sidecar behind a certificate the service's trust store (as the runtime set it) accepts, and kept in the inbox",
+            captured_https_tunnel,
+        ),
+        b(
+            "egress_captured_https_transparent_is_answered",
+            Some(Capability::HttpsCapture),
+            "an HTTPS request straight to a captured host (its name resolved to the sidecar) is answered the same way",
+            captured_https_transparent,
         ),
         b(
             "egress_decisions_are_logged",
@@ -114,6 +127,38 @@ check!(captured, ctx, {
     Ok(format!("canned answer: {}", answer["body"]))
 });
 
+/// POSTs over HTTPS to the captured host, verified by the agent's trust store, and checks the
+/// canned answer and the inbox.
+async fn captured_https(ctx: &Ctx<'_>, via_proxy: bool, path: &str) -> Result<String, String> {
+    let id = main_env(ctx).await?;
+    let (_, answer) = ctx
+        .agent(
+            &id,
+            "agent",
+            "POST",
+            "/https",
+            json!({"url": format!("https://{CAPTURED_NAME}{path}"), "via_proxy": via_proxy, "body": "amount=700"}),
+        )
+        .await?;
+    require(
+        answer["status"] == 201 && answer["body"] == CAPTURED_BODY,
+        || format!("{answer}"),
+    )?;
+    captured_post_kept(ctx, &id, path, "amount=700").await?;
+    Ok(format!(
+        "verified TLS, canned answer {}, POST {path} in the inbox",
+        answer["body"]
+    ))
+}
+
+check!(captured_https_tunnel, ctx, {
+    captured_https(ctx, true, "/v1/refunds").await
+});
+
+check!(captured_https_transparent, ctx, {
+    captured_https(ctx, false, "/v1/disputes").await
+});
+
 check!(logged, ctx, {
     let id = main_env(ctx).await?;
     for url in [
@@ -152,19 +197,29 @@ check!(inbox_http, ctx, {
         )
         .await?;
     require(answer["status"] == 201, || format!("{answer}"))?;
+    captured_post_kept(ctx, &id, "/v1/charges", "amount=1200").await?;
+    Ok("POST /v1/charges kept with its body".into())
+});
+
+/// Requires a POST of `body` to `path` of the captured host in the environment's inbox.
+async fn captured_post_kept(
+    ctx: &Ctx<'_>,
+    id: &af_manifest::EnvironmentId,
+    path: &str,
+    body: &str,
+) -> Result<(), String> {
     let inbox = ctx
         .harness
         .runtime()
-        .inbox(&id)
+        .inbox(id)
         .await
         .map_err(|e| e.to_string())?;
     let kept = inbox.iter().any(|entry| {
-        matches!(&entry.item, CapturedItem::Http { method, host, path, body, .. }
-            if method == "POST" && host == CAPTURED_NAME && path == "/v1/charges" && body == "amount=1200")
+        matches!(&entry.item, CapturedItem::Http { method, host, path: kept_path, body: kept_body, .. }
+            if method == "POST" && host == CAPTURED_NAME && kept_path == path && kept_body == body)
     });
-    require(kept, || format!("not in the inbox: {inbox:?}"))?;
-    Ok("POST /v1/charges kept with its body".into())
-});
+    require(kept, || format!("not in the inbox: {inbox:?}"))
+}
 
 check!(inbox_mail, ctx, {
     let id = main_env(ctx).await?;

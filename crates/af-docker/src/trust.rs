@@ -1,0 +1,194 @@
+//! The environment's capture CA on Docker (HTTPS capture): made with the environment and kept for
+//! its life in the labels of a volume of its own, so every `up` finds the same CA the running
+//! services already trust. The volume holds what services read — the CA's certificate and the
+//! bundle (af-runtime's `capture_trust`) — and is mounted read-only in every application and
+//! migration container; the key stays in the labels, which only the host side can read, and
+//! reaches the sidecar in its configuration.
+
+use af_manifest::EnvironmentId;
+use af_runtime::capture_trust::{self, BUNDLE_FILE_NAME, CA_FILE_NAME, TRUST_DIR};
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
+
+use crate::error::{DockerError, platform};
+use crate::{names, one_shot};
+
+const CERT_LABEL: &str = "dev.antifailure.capture-ca.cert";
+const KEY_LABEL: &str = "dev.antifailure.capture-ca.key";
+/// Whether the bundle holds the machine's trust store too (see `capture_trust::variables`).
+const SYSTEM_STORE_LABEL: &str = "dev.antifailure.capture-ca.system-store";
+
+/// The environment's capture CA and where services find it.
+#[derive(Clone)]
+pub struct CaptureCa {
+    pub volume: String,
+    pub cert: String,
+    pub key: String,
+    pub with_system_store: bool,
+}
+
+impl std::fmt::Debug for CaptureCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("CaptureCa")
+            .field("volume", &self.volume)
+            .field("with_system_store", &self.with_system_store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaptureCa {
+    /// The variables a service gets, but those its manifest sets itself.
+    pub fn variables(&self, manifest_sets: impl Fn(&str) -> bool) -> Vec<String> {
+        capture_trust::variables(self.with_system_store, manifest_sets)
+    }
+
+    /// The read-only mount of the CA's files, as a bind.
+    pub fn bind(&self) -> String {
+        format!("{}:{TRUST_DIR}:ro", self.volume)
+    }
+
+    /// Adds [`CaptureCa::bind`] to a container's host configuration.
+    pub fn mount(&self, host_config: &mut HostConfig) {
+        host_config
+            .binds
+            .get_or_insert_with(Vec::new)
+            .push(self.bind());
+    }
+}
+
+/// The environment's capture CA: the one its volume carries, or a new one in a new volume.
+pub async fn ensure(
+    docker: &Docker,
+    env: &EnvironmentId,
+    engine_image: &str,
+) -> Result<CaptureCa, DockerError> {
+    let volume = format!("af-{env}-trust");
+    match docker.inspect_volume(&volume).await {
+        Ok(found) => {
+            if !names::is_ours(Some(&found.labels), env) {
+                return Err(DockerError::Runtime(
+                    af_runtime::RuntimeErrorKind::NotOurs {
+                        object_kind: "volume".into(),
+                        name: volume,
+                    }
+                    .into(),
+                ));
+            }
+            let label = |key: &str| found.labels.get(key).cloned();
+            match (label(CERT_LABEL), label(KEY_LABEL)) {
+                (Some(cert), Some(key)) => Ok(CaptureCa {
+                    volume,
+                    cert,
+                    key,
+                    with_system_store: label(SYSTEM_STORE_LABEL).as_deref() == Some("true"),
+                }),
+                _ => Err(platform(
+                    format!("reading the capture CA of volume {volume}"),
+                    "its labels carry no CA; run af down and af up again",
+                )),
+            }
+        }
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => create(docker, env, engine_image, volume).await,
+        Err(err) => Err(platform(format!("inspecting volume {volume}"), err)),
+    }
+}
+
+async fn create(
+    docker: &Docker,
+    env: &EnvironmentId,
+    engine_image: &str,
+    volume: String,
+) -> Result<CaptureCa, DockerError> {
+    let (cert, key) = af_egress::tls_capture::new_ca(env.as_str())
+        .map_err(|e| platform("making the environment's capture CA", e))?;
+    let system = capture_trust::system_bundle();
+    let mut labels = names::labels(env, "trust-volume");
+    labels.insert(CERT_LABEL.to_string(), cert.clone());
+    labels.insert(KEY_LABEL.to_string(), key.clone());
+    labels.insert(SYSTEM_STORE_LABEL.to_string(), system.is_some().to_string());
+    docker
+        .create_volume(VolumeCreateRequest {
+            name: Some(volume.clone()),
+            labels: Some(labels),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| platform(format!("creating volume {volume}"), e))?;
+    let files = [
+        (CA_FILE_NAME, cert.clone()),
+        (
+            BUNDLE_FILE_NAME,
+            capture_trust::bundle(system.as_deref(), &cert),
+        ),
+    ];
+    if let Err(err) = fill(docker, env, engine_image, &volume, &files).await {
+        // A volume without its files would be reused as it is by the next `up`.
+        let _ = docker
+            .remove_volume(
+                &volume,
+                None::<bollard::query_parameters::RemoveVolumeOptions>,
+            )
+            .await;
+        return Err(err);
+    }
+    Ok(CaptureCa {
+        volume,
+        cert,
+        key,
+        with_system_store: system.is_some(),
+    })
+}
+
+/// Writes `files` into `volume` through a container that never starts: the daemon extracts an
+/// archive into a created container's mounts.
+async fn fill(
+    docker: &Docker,
+    env: &EnvironmentId,
+    engine_image: &str,
+    volume: &str,
+    files: &[(&str, String)],
+) -> Result<(), DockerError> {
+    const AT: &str = "/trust";
+    let name = names::container(env, "trust-fill");
+    one_shot::clear(docker, &name, env).await?;
+    let body = ContainerCreateBody {
+        image: Some(engine_image.to_string()),
+        labels: Some(names::labels(env, "trust-fill")),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".to_string()),
+            binds: Some(vec![format!("{volume}:{AT}")]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    one_shot::create(docker, &name, body, &[]).await?;
+    let uploaded = async {
+        let archive = archive(files).map_err(|e| platform("packing the capture CA", e))?;
+        let options = bollard::query_parameters::UploadToContainerOptionsBuilder::new()
+            .path(AT)
+            .build();
+        docker
+            .upload_to_container(&name, Some(options), bollard::body_full(archive.into()))
+            .await
+            .map_err(|e| platform(format!("writing the capture CA into volume {volume}"), e))
+    }
+    .await;
+    one_shot::remove(docker, &name).await?;
+    uploaded
+}
+
+/// The files as a tar archive, readable by every user (the services run as theirs).
+fn archive(files: &[(&str, String)]) -> std::io::Result<Vec<u8>> {
+    let mut archive = tar::Builder::new(Vec::new());
+    for (name, text) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(text.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        archive.append_data(&mut header, name, text.as_bytes())?;
+    }
+    archive.into_inner()
+}
