@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use af_kube::render::{Cluster, RenderInput, render, to_yaml};
+use af_kube::render::{CaptureInput, Cluster, RenderInput, render, to_yaml};
 use af_manifest::ImageSource;
+use af_runtime::capture_trust::CaptureCaPem;
 
 use crate::cli::RenderArgs;
 use crate::environment_name::load_environment;
@@ -50,6 +51,11 @@ pub fn run(args: &RenderArgs, manifest_path: &Path, json: bool) -> anyhow::Resul
         ingress_namespace: args.ingress_namespace.clone(),
     };
     let no_commands = BTreeMap::new();
+    // The CA is made at the environment's first `af up`, like the token.
+    let ca_stand_in = CaptureCaPem {
+        cert: TOKEN_STAND_IN.to_string(),
+        key: TOKEN_STAND_IN.to_string(),
+    };
     let rendered = match render(&RenderInput {
         manifest: &manifest,
         env: &env,
@@ -60,6 +66,10 @@ pub fn run(args: &RenderArgs, manifest_path: &Path, json: bool) -> anyhow::Resul
         probe_targets: &targets,
         control_token: TOKEN_STAND_IN,
         cluster: &cluster,
+        capture: (!manifest.egress.capture.is_empty()).then(|| CaptureInput {
+            ca: &ca_stand_in,
+            with_system_store: af_runtime::capture_trust::system_bundle().is_some(),
+        }),
     }) {
         Ok(rendered) => rendered,
         Err(err) => {

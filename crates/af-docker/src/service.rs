@@ -128,7 +128,7 @@ fn instance_spec(
         ),
         &format!("{:?} {:?}", service.resources.cpu, service.resources.memory),
         &format!("{:?}", at.layout),
-        at.capture_ca.map_or("", |ca| ca.cert.as_str()),
+        at.capture_ca.map_or("", |ca| ca.pem.cert.as_str()),
         // The instance carries its service's replica count (status reads it back), so a new
         // count is a new specification.
         &service.replicas.to_string(),

@@ -111,15 +111,7 @@ pub fn config(
         .map(|(service, port)| format!("{service}: \"{service}:{port}\""))
         .collect();
     let webhooks = webhooks.join(", ");
-    // Each PEM as one JSON (so YAML) string on one line.
-    let tls_capture = match capture_ca {
-        Some(ca) => format!(
-            "tls_capture: {{ca_cert: {}, ca_key: {}}}\n",
-            serde_json::Value::from(ca.cert.as_str()),
-            serde_json::Value::from(ca.key.as_str())
-        ),
-        None => String::new(),
-    };
+    let tls_capture = capture_ca.map_or(String::new(), |ca| ca.pem.sidecar_config_line());
     Ok(format!(
         "environment: {env}
 policy: {policy}
@@ -218,7 +210,7 @@ pub async fn prepare(
     let policy_text = serde_json::to_string(policy)
         .map_err(|e| platform("writing the sidecar configuration", e))?;
     let webhook_text = format!("{webhooks:?}");
-    let ca_cert = capture_ca.map_or("", |ca| ca.cert.as_str());
+    let ca_cert = capture_ca.map_or("", |ca| ca.pem.cert.as_str());
     let spec = names::spec_digest(&[
         image,
         internal,
@@ -353,8 +345,7 @@ mod tests {
         let (cert, key) = af_egress::tls_capture::new_ca(env.as_str()).unwrap();
         let ca = CaptureCa {
             volume: "v".into(),
-            cert,
-            key,
+            pem: af_runtime::capture_trust::CaptureCaPem { cert, key },
             with_system_store: true,
         };
         let text = config(

@@ -6,7 +6,7 @@
 //! reaches the sidecar in its configuration.
 
 use af_manifest::EnvironmentId;
-use af_runtime::capture_trust::{self, BUNDLE_FILE_NAME, CA_FILE_NAME, TRUST_DIR};
+use af_runtime::capture_trust::{self, BUNDLE_FILE_NAME, CA_FILE_NAME, CaptureCaPem, TRUST_DIR};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
 
@@ -19,22 +19,11 @@ const KEY_LABEL: &str = "dev.antifailure.capture-ca.key";
 const SYSTEM_STORE_LABEL: &str = "dev.antifailure.capture-ca.system-store";
 
 /// The environment's capture CA and where services find it.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct CaptureCa {
     pub volume: String,
-    pub cert: String,
-    pub key: String,
+    pub pem: CaptureCaPem,
     pub with_system_store: bool,
-}
-
-impl std::fmt::Debug for CaptureCa {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the key.
-        f.debug_struct("CaptureCa")
-            .field("volume", &self.volume)
-            .field("with_system_store", &self.with_system_store)
-            .finish_non_exhaustive()
-    }
 }
 
 impl CaptureCa {
@@ -79,8 +68,7 @@ pub async fn ensure(
             match (label(CERT_LABEL), label(KEY_LABEL)) {
                 (Some(cert), Some(key)) => Ok(CaptureCa {
                     volume,
-                    cert,
-                    key,
+                    pem: CaptureCaPem { cert, key },
                     with_system_store: label(SYSTEM_STORE_LABEL).as_deref() == Some("true"),
                 }),
                 _ => Err(platform(
@@ -136,8 +124,7 @@ async fn create(
     }
     Ok(CaptureCa {
         volume,
-        cert,
-        key,
+        pem: CaptureCaPem { cert, key },
         with_system_store: system.is_some(),
     })
 }

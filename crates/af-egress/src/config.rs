@@ -391,6 +391,18 @@ impl SidecarConfig {
     }
 }
 
+/// The capture CA written inline in a configuration's text (the one a runtime wrote before), so a
+/// runtime keeps the CA its services already trust; `None` when there is none or the text does not
+/// parse.
+pub fn inline_capture_ca(text: &str) -> Option<af_runtime::capture_trust::CaptureCaPem> {
+    let config: SidecarConfig = serde_saphyr::from_str(text).ok()?;
+    let tls = config.tls_capture?;
+    Some(af_runtime::capture_trust::CaptureCaPem {
+        cert: tls.ca_cert?,
+        key: tls.ca_key?,
+    })
+}
+
 /// A control token nobody can guess: 32 hex digits from the kernel's random source. Each runtime
 /// makes one per environment and puts it in the sidecar's configuration.
 pub fn new_control_token() -> std::io::Result<String> {
@@ -482,6 +494,14 @@ mod tests {
         )
         .unwrap();
         assert!(loaded.capture_ca.is_some());
+        let written = inline_capture_ca(&format!(
+            "{MINIMAL}tls_capture: {{ca_cert: {}, ca_key: {}}}\n",
+            yaml(&cert),
+            yaml(&key)
+        ))
+        .unwrap();
+        assert_eq!((written.cert, written.key), (cert.clone(), key.clone()));
+        assert!(inline_capture_ca(MINIMAL).is_none());
         let err = parse_config(
             &format!(
                 "{MINIMAL}tls_capture: {{ca_cert: {}, ca_key: {}}}\n",

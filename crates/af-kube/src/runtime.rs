@@ -23,7 +23,8 @@ use crate::apply::Patience;
 use crate::apply::{FIELD_MANAGER, fit, job, namespace, objects, probe, published, readiness};
 use crate::images::{Loader, load_command, loader_for, on_every_node};
 use crate::render::names::{ROLE_LABEL, SERVICE_LABEL, SIDECAR, namespace as namespace_name};
-use crate::render::{Cluster, Object, RenderInput, Rendered, render};
+use crate::render::{CaptureInput, Cluster, Object, RenderInput, Rendered, render, with_bundle};
+use af_runtime::capture_trust::CaptureCaPem;
 
 /// Where the last containment verdict is kept, for `af status`: on the namespace, which a
 /// workload cannot write (no pod has a service account token).
@@ -111,6 +112,7 @@ impl KubeRuntime {
                     Capability::NetLog,
                     Capability::Inbox,
                     Capability::WebhookTrigger,
+                    Capability::HttpsCapture,
                 ],
             ),
         }
@@ -287,7 +289,7 @@ impl KubeRuntime {
         environment: &Environment,
         images: &BTreeMap<String, String>,
         sidecar_ip: IpAddr,
-        token: &str,
+        (token, capture): (&str, Option<CaptureInput<'_>>),
     ) -> Result<Rendered, RuntimeError> {
         let commands = BTreeMap::new();
         render(&RenderInput {
@@ -300,6 +302,7 @@ impl KubeRuntime {
             probe_targets: &self.probe_targets,
             control_token: token,
             cluster,
+            capture,
         })
         .map_err(|e| RuntimeError::platform_failed("rendering the environment", e))
     }
@@ -316,17 +319,19 @@ impl KubeRuntime {
         Ok(wrote)
     }
 
-    /// The control token of the sidecar's current configuration, if there is one.
-    async fn current_token(&self, namespace: &str) -> Option<String> {
+    /// The sidecar's current configuration, if there is one.
+    async fn current_config(&self, namespace: &str) -> Option<String> {
         let secret = Api::<Secret>::namespaced(self.client.clone(), namespace)
             .get_opt(crate::render::names::SIDECAR_CONFIG)
             .await
             .ok()??;
         let config = secret.data?.remove(crate::render::CONFIG_KEY)?;
-        let text = String::from_utf8(config.0).ok()?;
-        text.lines()
-            .find_map(|line| line.trim().strip_prefix("token: "))
-            .map(|token| token.trim_matches('"').to_string())
+        String::from_utf8(config.0).ok()
+    }
+
+    /// The control token of the sidecar's current configuration, if there is one.
+    async fn current_token(&self, namespace: &str) -> Option<String> {
+        token_of(&self.current_config(namespace).await?)
     }
 
     /// One request to the sidecar's control API, through a port-forward to its pod (the API
@@ -430,6 +435,14 @@ impl KubeRuntime {
     }
 }
 
+/// The control token in a sidecar configuration's text.
+fn token_of(config: &str) -> Option<String> {
+    config
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("token: "))
+        .map(|token| token.trim_matches('"').to_string())
+}
+
 #[async_trait]
 impl Runtime for KubeRuntime {
     fn capabilities(&self) -> &Capabilities {
@@ -464,7 +477,7 @@ impl Runtime for KubeRuntime {
         )
         .await?;
         // Sizes do not depend on the sidecar's address: the fit check runs before anything exists.
-        let sized = self.rendered(&cluster, environment, &images, STAND_IN, "")?;
+        let sized = self.rendered(&cluster, environment, &images, STAND_IN, ("", None))?;
         af_runtime::run_step(
             progress,
             Step::FitCheck,
@@ -517,13 +530,39 @@ impl Runtime for KubeRuntime {
                 "the cluster assigned none",
             )
         })?;
-        // The token the sidecar already has is kept: a new one would replace the sidecar every up.
-        let token = match self.current_token(&name).await {
+        // The token and the capture CA the sidecar already has are kept: a new token would replace
+        // the sidecar every up, a new CA every service (they trust the one they were given).
+        let current = self.current_config(&name).await.unwrap_or_default();
+        let token = match token_of(&current) {
             Some(token) => token,
             None => af_egress::config::new_control_token()
                 .map_err(|e| RuntimeError::platform_failed("making the control token", e))?,
         };
-        let rendered = self.rendered(&cluster, environment, &images, sidecar_ip, &token)?;
+        let capture_ca = match environment.manifest.egress.capture.is_empty() {
+            true => None,
+            false => match af_egress::config::inline_capture_ca(&current) {
+                Some(ca) => Some(ca),
+                None => {
+                    let (cert, key) = af_egress::tls_capture::new_ca(environment.id.as_str())
+                        .map_err(|e| {
+                            RuntimeError::platform_failed("making the environment's capture CA", e)
+                        })?;
+                    Some(CaptureCaPem { cert, key })
+                }
+            },
+        };
+        let system_store = af_runtime::capture_trust::system_bundle();
+        let capture = capture_ca.as_ref().map(|ca| CaptureInput {
+            ca,
+            with_system_store: system_store.is_some(),
+        });
+        let rendered = self.rendered(
+            &cluster,
+            environment,
+            &images,
+            sidecar_ip,
+            (&token, capture),
+        )?;
         let verdict = af_runtime::run_step(
             progress,
             Step::Probe,
@@ -552,6 +591,14 @@ impl Runtime for KubeRuntime {
         if let Some(secret) = &rendered.service_env {
             changed |= self
                 .apply_all([Object::Secret(Self::with_values(secret)?)])
+                .await?;
+        }
+        if let Some(trust) = &rendered.capture_trust {
+            changed |= self
+                .apply_all([Object::ConfigMap(with_bundle(
+                    trust,
+                    system_store.as_deref(),
+                ))])
                 .await?;
         }
         for migration in &rendered.migrations {

@@ -435,3 +435,58 @@ fn names_are_valid_labels() {
     }
     assert_eq!(fitted("web"), "web");
 }
+
+/// Issue 3, HTTPS capture: "terminating TLS with a per-environment CA the services are told to
+/// trust". Every workload container (services, cron services, migrations) mounts the CA read-only
+/// and is pointed at it; the ConfigMap carries the certificate alone (its bundle added when
+/// applied); only the sidecar's Secret carries the key. A manifest that captures nothing gets none
+/// of it.
+#[test]
+fn workloads_trust_the_capture_ca_and_only_the_sidecar_has_its_key() {
+    let objects = rendered(&shop());
+    let ca = support::capture_ca();
+    let trust = objects.capture_trust.clone().expect("the shop captures");
+    assert_eq!(trust.data.as_ref().unwrap()["capture-ca.pem"], ca.cert);
+    let filled = af_kube::render::with_bundle(&trust, Some("SYSTEM STORE\n"));
+    assert_eq!(
+        filled.data.unwrap()["ca-bundle.pem"],
+        format!("SYSTEM STORE\n{}", ca.cert)
+    );
+    for (pod, spec) in workload_pods(&objects) {
+        for container in &spec.containers {
+            let mounted = container.volume_mounts.iter().flatten().any(|m| {
+                m.mount_path == "/etc/af"
+                    && m.name == "af-capture-trust"
+                    && m.read_only == Some(true)
+            });
+            assert!(mounted, "{pod}/{}", container.name);
+            let env = container.env.clone().unwrap_or_default();
+            let told = |name: &str, value: &str| {
+                env.iter()
+                    .any(|v| v.name == name && v.value.as_deref() == Some(value))
+            };
+            assert!(
+                told("SSL_CERT_FILE", "/etc/af/ca-bundle.pem")
+                    && told("NODE_EXTRA_CA_CERTS", "/etc/af/capture-ca.pem"),
+                "{pod}/{}: {env:?}",
+                container.name
+            );
+        }
+    }
+    let everything = af_kube::render::to_yaml(&objects.in_apply_order()).unwrap();
+    assert_eq!(
+        everything.matches("PRIVATE KEY-----").count(),
+        2,
+        "the key's BEGIN and END lines, once, in the sidecar's configuration"
+    );
+    let config = objects.sidecar_config.string_data.clone().unwrap()["config.yaml"].clone();
+    let loaded = af_egress::parse_config(&config, std::path::Path::new("/")).unwrap();
+    assert!(loaded.capture_ca.is_some(), "the sidecar loads the CA");
+
+    let mut quiet = shop();
+    quiet.egress.capture.clear();
+    let objects = rendered(&quiet);
+    assert!(objects.capture_trust.is_none());
+    let everything = af_kube::render::to_yaml(&objects.in_apply_order()).unwrap();
+    assert!(!everything.contains("af-capture-trust") && !everything.contains("SSL_CERT_FILE"));
+}

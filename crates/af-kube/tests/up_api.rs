@@ -260,6 +260,9 @@ async fn up_writes_in_the_seeds_order_and_a_second_up_writes_nothing_but_the_pro
         "PATCH namespaces af-shop-main".to_string(),
         format!("PATCH {ns}/secrets af-sidecar-config"),
         format!("PATCH {ns}/deployments af-sidecar"),
+        // The capture CA's certificate (the shop captures its payments API): after the sidecar,
+        // before the first workload pod mounts it.
+        format!("PATCH {ns}/configmaps af-capture-trust"),
         format!("PATCH {ns}/jobs af-migrate-web"),
         format!("PATCH {ns}/services worker"),
         format!("PATCH {ns}/services web"),

@@ -5,6 +5,34 @@
 //! service that reads it still trusts the public CAs for the hosts it is allowed to reach. A
 //! variable the manifest sets for a service is left as the manifest says.
 
+/// An environment's capture CA as text: the certificate (for the services) and the key (for the
+/// sidecar only).
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaptureCaPem {
+    pub cert: String,
+    pub key: String,
+}
+
+impl std::fmt::Debug for CaptureCaPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("CaptureCaPem")
+            .field("cert", &self.cert)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaptureCaPem {
+    /// The `tls_capture` line of a sidecar's configuration: each PEM as one JSON (so YAML) string.
+    pub fn sidecar_config_line(&self) -> String {
+        format!(
+            "tls_capture: {{ca_cert: {}, ca_key: {}}}\n",
+            serde_json::Value::from(self.cert.as_str()),
+            serde_json::Value::from(self.key.as_str())
+        )
+    }
+}
+
 /// Where the files are mounted in every application and migration container.
 pub const TRUST_DIR: &str = "/etc/af";
 /// The capture CA's certificate alone.
@@ -91,6 +119,19 @@ mod tests {
                 "NODE_EXTRA_CA_CERTS=/etc/af/capture-ca.pem",
                 "AF_CAPTURE_CA=/etc/af/capture-ca.pem",
             ]
+        );
+    }
+
+    #[test]
+    fn the_key_never_shows_in_debug_output() {
+        let pem = CaptureCaPem {
+            cert: "CERT".into(),
+            key: "SECRET KEY".into(),
+        };
+        assert!(!format!("{pem:?}").contains("SECRET"));
+        assert_eq!(
+            pem.sidecar_config_line(),
+            "tls_capture: {ca_cert: \"CERT\", ca_key: \"SECRET KEY\"}\n"
         );
     }
 

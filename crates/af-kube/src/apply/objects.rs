@@ -88,6 +88,10 @@ pub async fn apply(client: kube::Client, object: &Object) -> Result<(Object, boo
             let (o, wrote) = patch(Api::namespaced(client, &namespace_of(&o.metadata)), o).await?;
             (Object::Secret(o), wrote)
         }
+        Object::ConfigMap(o) => {
+            let (o, wrote) = patch(Api::namespaced(client, &namespace_of(&o.metadata)), o).await?;
+            (Object::ConfigMap(o), wrote)
+        }
         Object::Service(o) => {
             let (o, wrote) = patch(Api::namespaced(client, &namespace_of(&o.metadata)), o).await?;
             (Object::Service(o), wrote)

@@ -128,7 +128,9 @@ pub fn service(
         volumes.push(engine_volume());
     }
     let mut spec = workload_spec(input, namespace, init, vec![app]);
-    spec.volumes = (!volumes.is_empty()).then_some(volumes);
+    if !volumes.is_empty() {
+        spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
+    }
     Ok(deployment(
         input,
         namespace,

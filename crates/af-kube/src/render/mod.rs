@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use af_manifest::{EnvironmentId, Manifest};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
@@ -24,6 +24,8 @@ mod probe_pod;
 mod secret;
 pub use secret::{CONFIG_KEY, FILLED_FROM_ANNOTATION};
 mod service;
+mod trust;
+pub use trust::{BUNDLE_FILLED_ANNOTATION, with_bundle};
 
 /// The sidecar's ports, as its configuration listens and its Service publishes them.
 pub mod ports {
@@ -80,6 +82,17 @@ pub struct RenderInput<'a> {
     /// The sidecar's control token.
     pub control_token: &'a str,
     pub cluster: &'a Cluster,
+    /// HTTPS capture: the environment's capture CA, when its egress captures anything.
+    pub capture: Option<CaptureInput<'a>>,
+}
+
+/// The capture CA as rendering needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct CaptureInput<'a> {
+    pub ca: &'a af_runtime::capture_trust::CaptureCaPem,
+    /// Whether the machine `af up` runs on has a trust store for the bundle (see
+    /// `capture_trust::variables`).
+    pub with_system_store: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,6 +127,7 @@ pub enum Object {
     Deployment(Deployment),
     Job(Job),
     Ingress(Ingress),
+    ConfigMap(ConfigMap),
 }
 
 /// The environment's objects, by what they are for.
@@ -128,6 +142,9 @@ pub struct Rendered {
     /// The values services take from af's environment (`from_env`): filled when applied, never
     /// printed.
     pub service_env: Option<Secret>,
+    /// The capture CA's certificate for the services (HTTPS capture); its bundle is added when
+    /// applied.
+    pub capture_trust: Option<ConfigMap>,
     pub migrations: Vec<Job>,
     pub services: Vec<Service>,
     pub deployments: Vec<Deployment>,
@@ -145,6 +162,7 @@ impl Rendered {
         objects.push(Object::Secret(self.sidecar_config.clone()));
         objects.push(Object::Deployment(self.sidecar.clone()));
         objects.extend(self.service_env.iter().cloned().map(Object::Secret));
+        objects.extend(self.capture_trust.iter().cloned().map(Object::ConfigMap));
         objects.extend(self.migrations.iter().cloned().map(Object::Job));
         objects.extend(self.services.iter().cloned().map(Object::Service));
         objects.extend(self.deployments.iter().cloned().map(Object::Deployment));
@@ -193,6 +211,7 @@ pub fn render(input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
         sidecar_config: secret::sidecar_config(input, &namespace_name),
         sidecar: deployment::sidecar(input, &namespace_name),
         service_env: secret::service_env(input, &namespace_name),
+        capture_trust: trust::config_map(input, &namespace_name),
         migrations,
         services: services
             .iter()

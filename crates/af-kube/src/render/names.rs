@@ -23,6 +23,8 @@ pub const SIDECAR: &str = "af-sidecar";
 pub const SIDECAR_CONFIG: &str = "af-sidecar-config";
 pub const SERVICE_ENV: &str = "af-service-env";
 pub const PROBE: &str = "af-probe";
+/// The ConfigMap with the environment's capture CA (HTTPS capture).
+pub const CAPTURE_TRUST: &str = "af-capture-trust";
 
 const MAX_LABEL: usize = 63;
 

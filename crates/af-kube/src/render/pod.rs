@@ -126,7 +126,7 @@ pub fn workload_spec(
     containers: Vec<Container>,
 ) -> PodSpec {
     init.insert(0, gate(input));
-    PodSpec {
+    let mut spec = PodSpec {
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         dns_policy: Some("None".to_string()),
@@ -135,7 +135,9 @@ pub fn workload_spec(
         containers,
         security_context: Some(pod_security()),
         ..Default::default()
-    }
+    };
+    super::trust::mount_in(input, &mut spec);
+    spec
 }
 
 /// A pod template: `labels` on the pods, `spec` their spec.
@@ -210,5 +212,6 @@ pub fn environment(input: &RenderInput<'_>, service: &Service) -> Vec<EnvVar> {
             ..Default::default()
         });
     }
+    out.extend(super::trust::variables(input, service));
     out
 }

@@ -58,7 +58,7 @@ control:
 log:
   path: /var/log/af/decisions.jsonl
 webhooks: {{{webhooks}}}
-",
+{tls_capture}",
         env = input.env,
         proxy = ports::PROXY,
         http = ports::HTTP,
@@ -72,6 +72,9 @@ webhooks: {{{webhooks}}}
         control = ports::CONTROL,
         token = input.control_token,
         webhooks = webhooks.join(", "),
+        tls_capture = input
+            .capture
+            .map_or(String::new(), |capture| capture.ca.sidecar_config_line()),
     )
 }
 

@@ -5,12 +5,22 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use af_kube::render::{Cluster, RenderInput, Rendered, render};
+use af_kube::render::{CaptureInput, Cluster, RenderInput, Rendered, render};
 use af_manifest::{EnvironmentId, Manifest};
+use af_runtime::capture_trust::CaptureCaPem;
 
 pub const SIDECAR_IP: &str = "10.43.0.53";
 pub const ENGINE_IMAGE: &str = "antifailure/proxy:0123456789abcdef";
 pub const TOKEN: &str = "golden-control-token";
+
+/// A fixed capture CA, so the rendering is the same every run: made once for these tests, trusted
+/// by nothing, its key in the repository on purpose.
+pub fn capture_ca() -> CaptureCaPem {
+    CaptureCaPem {
+        cert: include_str!("capture-ca.pem").to_string(),
+        key: include_str!("capture-ca.key").to_string(),
+    }
+}
 
 /// The shop example, read as `af` reads it, with the provider set to Kubernetes.
 pub fn shop() -> Manifest {
@@ -60,6 +70,7 @@ pub fn rendered(manifest: &Manifest) -> Rendered {
     let targets = targets();
     let cluster = Cluster::default();
     let commands = BTreeMap::new();
+    let ca = capture_ca();
     render(&RenderInput {
         manifest,
         env: &env,
@@ -70,6 +81,10 @@ pub fn rendered(manifest: &Manifest) -> Rendered {
         probe_targets: &targets,
         control_token: TOKEN,
         cluster: &cluster,
+        capture: (!manifest.egress.capture.is_empty()).then_some(CaptureInput {
+            ca: &ca,
+            with_system_store: true,
+        }),
     })
     .unwrap()
 }
