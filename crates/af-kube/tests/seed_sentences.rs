@@ -490,3 +490,30 @@ fn workloads_trust_the_capture_ca_and_only_the_sidecar_has_its_key() {
     let everything = af_kube::render::to_yaml(&objects.in_apply_order()).unwrap();
     assert!(!everything.contains("af-capture-trust") && !everything.contains("SSL_CERT_FILE"));
 }
+
+/// Issue 5 (and 8), "a changed manifest updates only what changed": the sidecar reads its
+/// configuration once, at start, so a changed configuration must change the sidecar's pod template
+/// (which replaces the pod); the same configuration must leave it as it is.
+#[test]
+fn a_changed_sidecar_configuration_replaces_the_sidecar_and_the_same_one_does_not() {
+    let digest = |objects: &Rendered| {
+        objects
+            .sidecar
+            .spec
+            .clone()
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()["dev.antifailure.config-digest"]
+            .clone()
+    };
+    let before = digest(&rendered(&shop()));
+    assert_eq!(before, digest(&rendered(&shop())));
+    let mut changed = shop();
+    changed.egress.allow.push(af_manifest::HostRule::Exact(
+        "api.newly-allowed.example".into(),
+    ));
+    assert_ne!(before, digest(&rendered(&changed)));
+}

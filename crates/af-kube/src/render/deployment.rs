@@ -17,7 +17,7 @@ use super::pod::{
     engine_security, engine_step_resources, environment, fixed_resources, pod_security, resources,
     workload_security, workload_spec,
 };
-use super::secret::CONFIG_KEY;
+use super::secret::{CONFIG_KEY, sidecar_config_text};
 use super::service::sidecar_ports;
 use super::{RenderError, RenderInput};
 
@@ -223,7 +223,7 @@ pub fn sidecar(input: &RenderInput<'_>, namespace: &str) -> Deployment {
         security_context: Some(engine_security()),
         ..Default::default()
     };
-    deployment(
+    let mut sidecar = deployment(
         input,
         namespace,
         (SIDECAR, "sidecar", None),
@@ -256,5 +256,31 @@ pub fn sidecar(input: &RenderInput<'_>, namespace: &str) -> Deployment {
             ]),
             ..Default::default()
         },
-    )
+    );
+    // The sidecar reads its configuration once, at start: a changed one (a new policy, the capture
+    // CA) must replace the pod, which a changed pod template does. The same configuration, the
+    // same digest: a second `up` changes nothing.
+    if let Some(template) = sidecar
+        .spec
+        .as_mut()
+        .and_then(|spec| spec.template.metadata.as_mut())
+    {
+        template.annotations = Some(std::collections::BTreeMap::from([(
+            CONFIG_DIGEST_ANNOTATION.to_string(),
+            config_digest(&sidecar_config_text(input, namespace)),
+        )]));
+    }
+    sidecar
+}
+
+/// On the sidecar's pods: the digest of the configuration they were started with.
+pub const CONFIG_DIGEST_ANNOTATION: &str = "dev.antifailure.config-digest";
+
+fn config_digest(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
