@@ -1,10 +1,13 @@
 //! Just enough HTTP/1.1 for the example: a thread-per-connection server and a client that honours
-//! `HTTP_PROXY` / `NO_PROXY` the way curl does. One request per connection (`Connection: close`).
+//! `HTTP_PROXY` / `HTTPS_PROXY` / `NO_PROXY` the way curl does, and speaks TLS to https:// URLs.
+//! One request per connection (`Connection: close`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::tls;
 
 /// Requests and responses larger than this are refused: the example never needs more.
 const MAX_MESSAGE: usize = 1 << 20;
@@ -148,15 +151,22 @@ fn write_response(mut stream: TcpStream, response: &Response) -> std::io::Result
 /// An `http://` URL taken apart.
 #[derive(Debug, PartialEq, Eq)]
 struct Url<'a> {
+    tls: bool,
     host: &'a str,
     port: u16,
     path: &'a str,
 }
 
 fn parse_url(url: &str) -> Result<Url<'_>, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
+    let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => {
+            return Err(format!(
+                "{url}: only http:// and https:// URLs are supported"
+            ));
+        }
+    };
     let (authority, path) = match rest.find('/') {
         Some(slash) => (&rest[..slash], &rest[slash..]),
         None => (rest, "/"),
@@ -167,9 +177,14 @@ fn parse_url(url: &str) -> Result<Url<'_>, String> {
             port.parse()
                 .map_err(|_| format!("{url}: the port is not a number"))?,
         ),
-        None => (authority, 80),
+        None => (authority, if tls { 443 } else { 80 }),
     };
-    Ok(Url { host, port, path })
+    Ok(Url {
+        tls,
+        host,
+        port,
+        path,
+    })
 }
 
 /// Whether `host` is on a `NO_PROXY` list (exact names, or `.suffix` / `suffix` matching below it).
@@ -191,8 +206,10 @@ fn env_either(upper: &str, lower: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// Sends one request and returns the status and body. Goes through `HTTP_PROXY` unless `NO_PROXY`
-/// names the host, as curl would.
+/// Sends one request and returns the status and body. Goes through the proxy (`HTTP_PROXY` for
+/// http://, a `CONNECT` tunnel through `HTTPS_PROXY` for https://) unless `NO_PROXY` names the
+/// host, as curl would. An https:// server is verified against the trust store `SSL_CERT_FILE`
+/// names (else the system's), as OpenSSL-based clients do.
 pub fn send(
     method: &str,
     url: &str,
@@ -201,50 +218,97 @@ pub fn send(
 ) -> Result<(u16, String), String> {
     let target = parse_url(url)?;
     let no_proxy = env_either("NO_PROXY", "no_proxy").unwrap_or_default();
-    let proxy =
-        env_either("HTTP_PROXY", "http_proxy").filter(|_| !bypasses_proxy(target.host, &no_proxy));
+    let proxy = if target.tls {
+        env_either("HTTPS_PROXY", "https_proxy")
+    } else {
+        env_either("HTTP_PROXY", "http_proxy")
+    }
+    .filter(|_| !bypasses_proxy(target.host, &no_proxy));
+    let authority = format!("{}:{}", target.host, target.port);
     let (connect_to, request_target) = match &proxy {
         Some(proxy) => {
             let proxy = parse_url(proxy)?;
-            (format!("{}:{}", proxy.host, proxy.port), url.to_string())
+            let through = format!("{}:{}", proxy.host, proxy.port);
+            // Through a tunnel the request is the server's own (origin-form).
+            let request_target = if target.tls { target.path } else { url };
+            (through, request_target.to_string())
         }
-        None => (
-            format!("{}:{}", target.host, target.port),
-            target.path.to_string(),
-        ),
+        None => (authority.clone(), target.path.to_string()),
     };
     let fail = |err: std::io::Error| format!("{method} {url} via {connect_to}: {err}");
     let mut stream = TcpStream::connect(&connect_to).map_err(fail)?;
     stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(fail)?;
     let mut head = format!(
-        "{method} {request_target} HTTP/1.1\r\nhost: {}:{}\r\ncontent-length: {}\r\nconnection: close\r\n",
-        target.host,
-        target.port,
+        "{method} {request_target} HTTP/1.1\r\nhost: {authority}\r\ncontent-length: {}\r\nconnection: close\r\n",
         body.len()
     );
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).map_err(fail)?;
-    stream.write_all(body.as_bytes()).map_err(fail)?;
+    let request = [head.as_bytes(), body.as_bytes()].concat();
+    if !target.tls {
+        return exchange(stream, &request).map_err(fail);
+    }
+    if proxy.is_some() {
+        open_tunnel(&mut stream, &authority).map_err(fail)?;
+    }
+    let tls = tls::connect(target.host, stream).map_err(|err| format!("{method} {url}: {err}"))?;
+    exchange(tls, &request).map_err(fail)
+}
+
+/// Asks the proxy on `stream` for a tunnel to `authority` and reads its answer's head.
+fn open_tunnel(stream: &mut TcpStream, authority: &str) -> std::io::Result<()> {
+    write!(
+        stream,
+        "CONNECT {authority} HTTP/1.1\r\nhost: {authority}\r\n\r\n"
+    )?;
+    // Byte by byte: what follows the head belongs to the tunnel.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < MAX_MESSAGE {
+        if stream.read(&mut byte)? == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let status_line = head.lines().next().unwrap_or_default();
+    match status_line.split_whitespace().nth(1) {
+        Some("200") => Ok(()),
+        _ => Err(std::io::Error::other(format!(
+            "the proxy refused the tunnel: {status_line:?}"
+        ))),
+    }
+}
+
+/// Writes `request` and reads the answer: status and body.
+fn exchange(mut stream: impl Read + Write, request: &[u8]) -> std::io::Result<(u16, String)> {
+    stream.write_all(request)?;
     let mut reader = BufReader::new(stream);
     let mut status_line = String::new();
-    reader.read_line(&mut status_line).map_err(fail)?;
+    reader.read_line(&mut status_line)?;
     let status = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("{method} {url}: not an HTTP response: {status_line:?}"))?;
-    let headers = read_headers(&mut reader).map_err(fail)?;
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {status_line:?}")))?;
+    let headers = read_headers(&mut reader)?;
     let mut body = Vec::new();
     if headers.chunked {
-        read_chunked(&mut reader, &mut body).map_err(fail)?;
+        read_chunked(&mut reader, &mut body)?;
     } else {
-        reader
-            .take(MAX_MESSAGE as u64)
-            .read_to_end(&mut body)
-            .map_err(fail)?;
+        let limit = if headers.content_length > 0 {
+            headers.content_length.min(MAX_MESSAGE)
+        } else {
+            MAX_MESSAGE
+        };
+        match reader.take(limit as u64).read_to_end(&mut body) {
+            Ok(_) => {}
+            // A TLS server that closes without saying so first: what arrived is the body.
+            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => {}
+            Err(err) => return Err(err),
+        }
     }
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
@@ -274,20 +338,22 @@ mod tests {
         assert_eq!(
             parse_url("http://worker:9090/orders").unwrap(),
             Url {
+                tls: false,
                 host: "worker",
                 port: 9090,
                 path: "/orders"
             }
         );
         assert_eq!(
-            parse_url("http://api.payments.example").unwrap(),
+            parse_url("https://api.payments.example").unwrap(),
             Url {
+                tls: true,
                 host: "api.payments.example",
-                port: 80,
+                port: 443,
                 path: "/"
             }
         );
-        assert!(parse_url("https://x/").is_err());
+        assert!(parse_url("ftp://x/").is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod form;
 mod http;
 mod smtp;
+mod tls;
 mod web;
 mod worker;
 
