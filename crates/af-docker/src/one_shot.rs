@@ -30,9 +30,6 @@ pub struct OneShot {
     pub args: Vec<String>,
     /// `network` name, or `container:<id>` to join another container's network namespace.
     pub network_mode: String,
-    /// The one capability a trusted engine step may need (NET_ADMIN for a kernel filter); workload
-    /// steps get none.
-    pub net_admin: bool,
     /// Replaces the image's entrypoint (a workload's migration command).
     pub entrypoint: Option<Vec<String>>,
     /// `NAME=value` variables.
@@ -186,17 +183,12 @@ pub async fn run(
         cmd: (!spec.args.is_empty() || spec.entrypoint.is_none()).then(|| spec.args.clone()),
         env: (!spec.env.is_empty()).then(|| spec.env.clone()),
         labels: Some(names::labels(env, &spec.role)),
-        // The kernel-filter step runs as root with NET_ADMIN and nothing else; every other step as
-        // the image's unprivileged user with no capability at all.
-        user: if spec.net_admin {
-            Some("0".to_string())
-        } else {
-            spec.user.clone()
-        },
+        // Every step as the image's unprivileged user (or `user`) with no capability at all; the
+        // one step that needs one, the refusal rules, runs in a holder (`apply_refusal`).
+        user: spec.user.clone(),
         host_config: Some(HostConfig {
             network_mode: Some(spec.network_mode.clone()),
             cap_drop: Some(vec!["ALL".to_string()]),
-            cap_add: spec.net_admin.then(|| vec!["NET_ADMIN".to_string()]),
             binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
             readonly_rootfs: Some(true),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
@@ -267,12 +259,23 @@ async fn read_output(
     Ok((stdout, stderr))
 }
 
-/// Runs the engine binary with `args` inside `holder`, a running holder: in its namespaces, as its
-/// user, with its (absent) capabilities — exactly a workload's standing, without the create, start
-/// and remove of a container of its own (a third of the time). What it printed, and its exit code.
+/// Runs the engine binary with `args` inside `holder`, a running holder: in its namespaces, as the
+/// engine's unprivileged user with no capability — exactly a workload's standing, without the
+/// create, start and remove of a container of its own (a third of the time). What it printed, and
+/// its exit code.
 pub async fn exec_in_holder(
     docker: &Docker,
     holder: &str,
+    args: &[String],
+) -> Result<Finished, DockerError> {
+    exec_in_holder_as(docker, holder, UNPRIVILEGED, args).await
+}
+
+/// [`exec_in_holder`] as `user`.
+async fn exec_in_holder_as(
+    docker: &Docker,
+    holder: &str,
+    user: &str,
     args: &[String],
 ) -> Result<Finished, DockerError> {
     let what = || {
@@ -300,6 +303,7 @@ pub async fn exec_in_holder(
             holder,
             bollard::models::ExecConfig {
                 cmd: Some(cmd),
+                user: Some(user.to_string()),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
                 ..Default::default()
@@ -334,8 +338,8 @@ pub async fn exec_in_holder(
     })
 }
 
-/// Starts the holder of a pod's network namespace on `network`: the engine image running `hold`,
-/// no capabilities, read-only. Other containers join it with `container:<name>`.
+/// Starts the holder of a pod's network namespace on `network` ([`holder_host_config`]). Other
+/// containers join it with `container:<name>`.
 pub async fn start_holder(
     docker: &Docker,
     env: &EnvironmentId,
@@ -348,16 +352,59 @@ pub async fn start_holder(
     let body = ContainerCreateBody {
         image: Some(image.to_string()),
         cmd: Some(vec!["hold".to_string()]),
+        user: Some(HOLDER_ROOT.to_string()),
         labels: Some(names::labels(env, role)),
-        host_config: Some(HostConfig {
-            network_mode: Some(network.to_string()),
-            cap_drop: Some(vec!["ALL".to_string()]),
-            readonly_rootfs: Some(true),
-            security_opt: Some(vec!["no-new-privileges".to_string()]),
-            ..Default::default()
-        }),
+        host_config: Some(holder_host_config(network)),
         ..Default::default()
     };
     create_and_start(docker, &name, body, &[]).await?;
     Ok(name)
+}
+
+/// The holder's container runs as root, so that its one trusted step — the refusal rules, an
+/// `exec` as root ([`apply_refusal`]) — has NET_ADMIN; NET_ADMIN is the only capability it has,
+/// and its own process (`hold`) gives it up at start. Everything else runs in it as
+/// [`UNPRIVILEGED`] with no capability (Docker clears them for a non-root `exec`).
+const HOLDER_ROOT: &str = "0";
+/// The engine image's unprivileged user, as the probe and the gates run in a holder.
+pub const UNPRIVILEGED: &str = "1337:1337";
+
+/// A holder's host configuration on `network`: NET_ADMIN and nothing else, read-only,
+/// no new privileges.
+pub fn holder_host_config(network: &str) -> HostConfig {
+    HostConfig {
+        network_mode: Some(network.to_string()),
+        cap_drop: Some(vec!["ALL".to_string()]),
+        cap_add: Some(vec!["NET_ADMIN".to_string()]),
+        readonly_rootfs: Some(true),
+        security_opt: Some(vec!["no-new-privileges".to_string()]),
+        ..Default::default()
+    }
+}
+
+/// The user a holder's container is created with.
+pub fn holder_user() -> Option<String> {
+    Some(HOLDER_ROOT.to_string())
+}
+
+/// Applies the refusal rules (`args`: `refuse-outside ...`) in `holder`'s namespace: an `exec` as
+/// root, with the holder's one capability, NET_ADMIN. A refusal that did not apply is AF-RUN-051.
+pub async fn apply_refusal(
+    docker: &Docker,
+    holder: &str,
+    args: &[String],
+) -> Result<(), DockerError> {
+    let applied = exec_in_holder_as(docker, holder, HOLDER_ROOT, args).await?;
+    if applied.exit_code != 0 {
+        return Err(DockerError::Runtime(
+            af_runtime::RuntimeErrorKind::NetlockFailed {
+                detail: format!(
+                    "the refusal rules did not apply in {holder}: {}",
+                    applied.stderr.trim()
+                ),
+            }
+            .into(),
+        ));
+    }
+    Ok(())
 }

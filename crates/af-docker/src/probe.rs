@@ -2,12 +2,12 @@
 //! service's rules, tries every escape route before any service image runs.
 
 use af_manifest::EnvironmentId;
-use af_runtime::{ContainmentSummary, RuntimeErrorKind};
+use af_runtime::ContainmentSummary;
 use bollard::Docker;
 
 use crate::error::DockerError;
 use crate::networks;
-use crate::one_shot::{self, OneShot};
+use crate::one_shot;
 
 /// Probe flags passed through from af's own environment, so a test (or a user) can point the
 /// routes at its own hosts: `AF_PROBE_PUBLIC_TCP`, `AF_PROBE_PUBLIC_DNS`, `AF_PROBE_METADATA`,
@@ -55,35 +55,17 @@ pub async fn judge(
 ) -> Result<ContainmentSummary, DockerError> {
     let holder = one_shot::start_holder(docker, env, HOLDER_ROLE, image, network).await?;
     let layout = networks::layout(docker, network).await?;
-    run_in(docker, env, image, &holder, &layout, targets).await
+    run_in(docker, &holder, &layout, targets).await
 }
 
 /// Runs the probe in `holder`'s namespace, after the refusal rules for its network's `layout`.
 pub async fn run_in(
     docker: &Docker,
-    env: &EnvironmentId,
-    image: &str,
     holder: &str,
     layout: &networks::Layout,
     targets: Vec<String>,
 ) -> Result<ContainmentSummary, DockerError> {
-    let refusal = OneShot {
-        role: "probe-refusal".to_string(),
-        image: image.to_string(),
-        args: layout.refusal_args(),
-        network_mode: format!("container:{holder}"),
-        net_admin: true,
-        ..Default::default()
-    };
-    let applied = one_shot::run(docker, env, &refusal).await?;
-    if applied.exit_code != 0 {
-        return Err(DockerError::Runtime(
-            RuntimeErrorKind::NetlockFailed {
-                detail: format!("the refusal rules did not apply: {}", applied.stderr.trim()),
-            }
-            .into(),
-        ));
-    }
+    one_shot::apply_refusal(docker, holder, &layout.refusal_args()).await?;
     judge_in_holder(docker, holder, targets).await
 }
 

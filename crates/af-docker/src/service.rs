@@ -57,7 +57,7 @@ pub fn roles(service: &str, index: u32) -> (String, String) {
 /// that enforces eventually (a CNI on Kubernetes); here nothing is eventual: the internal
 /// network is fixed when created, and the refusal rules are applied, and checked applied, before
 /// the gate starts. The rounds are still three, each trying every route.
-const GATE_INTERVAL_MS: &str = "50";
+const GATE_INTERVAL_MS: &str = "10";
 
 /// The environment a service's process gets: its own variables (references resolved from af's
 /// environment), then the proxy settings, which always point at the sidecar.
@@ -151,18 +151,15 @@ async fn hold_with_rules(
     let body = ContainerCreateBody {
         image: Some(at.engine_image.to_string()),
         cmd: Some(vec!["hold".to_string()]),
+        user: one_shot::holder_user(),
         labels: Some({
             let mut labels = names::labels(at.env, holder_role);
             labels.insert(names::SPEC_LABEL.to_string(), spec.to_string());
             labels
         }),
         host_config: Some(HostConfig {
-            network_mode: Some(at.internal.to_string()),
             dns: Some(vec![sidecar_ip.clone()]),
-            cap_drop: Some(vec!["ALL".to_string()]),
-            readonly_rootfs: Some(true),
-            security_opt: Some(vec!["no-new-privileges".to_string()]),
-            ..Default::default()
+            ..one_shot::holder_host_config(at.internal)
         }),
         networking_config: Some(NetworkingConfig {
             endpoints_config: Some(HashMap::from([(
@@ -176,27 +173,8 @@ async fn hold_with_rules(
         ..Default::default()
     };
     one_shot::create_and_start(docker, &holder, body, &[]).await?;
-    let joined = format!("container:{holder}");
-
-    let refusal = OneShot {
-        role: format!("{holder_role}-refusal"),
-        image: at.engine_image.to_string(),
-        args: at.layout.refusal_args(),
-        network_mode: joined.clone(),
-        net_admin: true,
-        ..Default::default()
-    };
-    let applied = one_shot::run(docker, at.env, &refusal).await?;
-    if applied.exit_code != 0 {
-        return Err(DockerError::Runtime(
-            RuntimeErrorKind::NetlockFailed {
-                detail: applied.stderr.trim().to_string(),
-            }
-            .into(),
-        ));
-    }
-
-    Ok(joined)
+    one_shot::apply_refusal(docker, &holder, &at.layout.refusal_args()).await?;
+    Ok(format!("container:{holder}"))
 }
 
 /// The startup gate, in `holder` itself (its namespace, its user, no capabilities): every route

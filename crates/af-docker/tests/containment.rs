@@ -56,7 +56,6 @@ async fn probe_in(
         image: image.into(),
         args,
         network_mode: format!("container:{holder}"),
-        net_admin: false,
         ..Default::default()
     };
     let finished = one_shot::run(docker, env, &spec)

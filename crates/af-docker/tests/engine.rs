@@ -78,7 +78,7 @@ async fn the_probe_sees_every_route_denied_and_refuses_a_leaky_setup_naming_the_
         .await
         .expect("attaching the holder to the outside network");
     let layout = networks::layout(&docker, &internal).await.unwrap();
-    let leaky = probe::run_in(&docker, &env, &image, &holder, &layout, targets())
+    let leaky = probe::run_in(&docker, &holder, &layout, targets())
         .await
         .expect_err("a leaky setup must be refused");
     let (code_seen, message) = code(leaky);
@@ -258,4 +258,61 @@ async fn a_foreign_container_with_our_name_is_refused_and_left_alone() {
         )
         .await
         .unwrap();
+}
+
+/// A holder's one capability is NET_ADMIN, for the refusal rules alone: they apply as root in it,
+/// the same command as the unprivileged user the probe and the gates run as is refused for want of
+/// it (the control that the capability is what makes the difference), and the holder's own
+/// process, which lives as long as the pod, has given it up.
+#[tokio::test]
+async fn only_the_refusal_step_has_net_admin_in_a_holder() {
+    let docker = docker().await;
+    let image = engine(&docker).await;
+    let env = EnvironmentId::derive("aftest", &format!("caps-{}", std::process::id()));
+    let _cleanup = Teardown(docker.clone(), env.clone());
+    let (internal, _) = networks::ensure(&docker, &env).await.unwrap();
+    let holder = one_shot::start_holder(&docker, &env, "caps-holder", &image, &internal)
+        .await
+        .unwrap();
+    let layout = networks::layout(&docker, &internal).await.unwrap();
+    let unprivileged = one_shot::exec_in_holder(&docker, &holder, &layout.refusal_args())
+        .await
+        .unwrap();
+    assert_ne!(
+        unprivileged.exit_code, 0,
+        "the unprivileged user has no NET_ADMIN: {}",
+        unprivileged.stderr
+    );
+    one_shot::apply_refusal(&docker, &holder, &layout.refusal_args())
+        .await
+        .expect("the refusal step, as root, has NET_ADMIN");
+
+    let pid = docker
+        .inspect_container(
+            &holder,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap()
+        .state
+        .and_then(|s| s.pid)
+        .expect("the holder runs");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("the holder's process, seen from the host (the tests run as root, as CI does)");
+    let set = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(set("CapEff:"), "0000000000000000", "{status}");
+    assert_eq!(set("CapPrm:"), "0000000000000000", "{status}");
+    assert_eq!(
+        set("CapBnd:"),
+        "0000000000001000",
+        "NET_ADMIN and nothing else bounds what an exec in it may have"
+    );
+    one_shot::remove(&docker, &holder).await.unwrap();
 }

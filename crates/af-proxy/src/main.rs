@@ -357,8 +357,23 @@ fn relay(listen: SocketAddr, targets: Vec<SocketAddr>) -> ExitCode {
     })
 }
 
-/// Sleeps until told to stop: the process that keeps a pod's network namespace alive.
+/// Sleeps until told to stop: the process that keeps a pod's network namespace alive. It first
+/// gives up every capability it was started with: the runtime starts the holder as root with
+/// NET_ADMIN so that its refusal step can run in it (an `exec` gets its capabilities from the
+/// container, not from this process), and the process that lives as long as the pod keeps none.
 fn hold() -> ExitCode {
+    use caps::CapSet;
+    for set in [
+        CapSet::Ambient,
+        CapSet::Effective,
+        CapSet::Permitted,
+        CapSet::Inheritable,
+    ] {
+        if let Err(err) = caps::clear(None, set) {
+            eprintln!("af-proxy hold: cannot give up its {set:?} capabilities: {err}");
+            return ExitCode::FAILURE;
+        }
+    }
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
