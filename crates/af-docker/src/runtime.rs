@@ -200,8 +200,8 @@ impl Starting<'_> {
 }
 
 /// [`service::prepare`] for every instance of `services`, all at once; by service, in instance
-/// order. The holder of the first fresh instance ready goes to `first_fresh`; dropped unsent when
-/// none is.
+/// order. The first fresh holder whose refusal rules apply goes to `first_fresh` (the probe runs
+/// there); dropped unsent when no instance is fresh.
 async fn prepare_instances<'s>(
     docker: &Docker,
     at: Placement<'_>,
@@ -209,17 +209,19 @@ async fn prepare_instances<'s>(
     images: &BTreeMap<String, String>,
     first_fresh: Option<tokio::sync::oneshot::Sender<String>>,
 ) -> Result<BTreeMap<String, Vec<service::Prepared>>, DockerError> {
-    let first_fresh = &std::sync::Mutex::new(first_fresh);
+    let first_fresh = std::sync::Mutex::new(first_fresh);
+    let holder_ready = |holder: &str| {
+        if let Some(sender) = first_fresh.lock().ok().and_then(|mut s| s.take()) {
+            let _ = sender.send(holder.to_string());
+        }
+    };
+    let holder_ready = &holder_ready;
     let instances = services.flat_map(|service| (0..service.replicas).map(move |i| (service, i)));
     let prepared =
         futures_util::future::try_join_all(instances.map(|(service, index)| async move {
+            let image = &images[&service.name];
             let instance =
-                service::prepare(docker, at, service, &images[&service.name], index).await?;
-            if let service::Prepared::Fresh { holder, .. } = &instance
-                && let Some(sender) = first_fresh.lock().ok().and_then(|mut s| s.take())
-            {
-                let _ = sender.send(holder.clone());
-            }
+                service::prepare(docker, at, service, image, index, holder_ready).await?;
             Ok::<_, DockerError>((&service.name, instance))
         }))
         .await?;
@@ -377,67 +379,67 @@ impl Runtime for LocalRuntime {
                 },
             )
         };
-        let (containment, prepared, sidecar) = if early {
+        let probe_holder = probe::holder(env);
+        // After the verdict: the probe's holder goes, the verdict is kept, and the sidecar starts.
+        // A refusal starts nothing.
+        let after_verdict =
+            |containment: Result<af_runtime::ContainmentSummary, RuntimeError>,
+             created: Result<sidecar::Prepared, DockerError>| async {
+                let containment = match containment {
+                    Ok(verdict) => verdict,
+                    Err(refused) => {
+                        one_shot::remove(docker, &probe_holder)
+                            .await
+                            .map_err(RuntimeError::from)?;
+                        return Err(refused);
+                    }
+                };
+                let created = created.map_err(RuntimeError::from)?;
+                let (removed, recorded, started) = tokio::join!(
+                    one_shot::remove(docker, &probe_holder),
+                    probe::record(docker, env, &image, &containment),
+                    af_runtime::run_step(
+                        progress,
+                        Step::Sidecar,
+                        "the egress sidecar",
+                        sidecar::start_prepared(docker, created)
+                    )
+                );
+                removed.map_err(RuntimeError::from)?;
+                recorded.map_err(RuntimeError::from)?;
+                Ok::<_, RuntimeError>((containment, started?))
+            };
+        let (containment, (sidecar, sidecar_created), mut prepared) = if early {
+            // The sidecar is created while the probe runs and started as soon as the verdict is
+            // in, while the last instances may still be in preparation: none of them starts before
+            // its gate, which waits for both.
+            let sidecar_path = async {
+                let (containment, created) = tokio::join!(probe, prepare_sidecar());
+                after_verdict(containment, created).await
+            };
             let preparing = af_runtime::run_step(
                 progress,
                 Step::Preparation,
-                "the sidecar and every instance's namespace, refusal rules and container, created while the probe runs (none starts before its verdict)",
-                async {
-                    let (sidecar, instances) = tokio::join!(
-                        prepare_sidecar(),
-                        prepare_instances(
-                            docker,
-                            placement,
-                            manifest.services.values(),
-                            images,
-                            Some(first_fresh)
-                        )
-                    );
-                    Ok::<_, DockerError>((sidecar?, instances?))
-                },
+                "every instance's namespace, refusal rules and container, made while the probe runs (none starts before its verdict and its gate)",
+                prepare_instances(
+                    docker,
+                    placement,
+                    manifest.services.values(),
+                    images,
+                    Some(first_fresh),
+                ),
             );
-            let (containment, prepared) = tokio::join!(probe, preparing);
-            match prepared {
-                Ok((sidecar, instances)) => (containment, Ok(instances), Some(sidecar)),
-                Err(err) => (containment, Err(err), None),
-            }
+            let (after, prepared) = tokio::join!(sidecar_path, preparing);
+            let (containment, sidecar) = after?;
+            (containment, sidecar, prepared?)
         } else {
             drop(first_fresh);
-            (probe.await, Ok(BTreeMap::new()), None)
+            let containment = probe.await;
+            let created = prepare_sidecar().await;
+            let (containment, sidecar) = after_verdict(containment, created).await?;
+            (containment, sidecar, BTreeMap::new())
         };
-        let probe_holder = probe::holder(env);
-        let containment = match containment {
-            Ok(verdict) => verdict,
-            Err(refused) => {
-                one_shot::remove(docker, &probe_holder)
-                    .await
-                    .map_err(RuntimeError::from)?;
-                return Err(refused);
-            }
-        };
-        let mut prepared = prepared?;
         let changed = std::sync::atomic::AtomicBool::new(false);
-        // The probe's holder goes and the verdict is kept while the sidecar starts.
-        let starting_sidecar = async {
-            let prepared = match sidecar {
-                Some(prepared) => prepared,
-                None => prepare_sidecar().await?,
-            };
-            sidecar::start_prepared(docker, prepared).await
-        };
-        let (removed, recorded, sidecar) = tokio::join!(
-            one_shot::remove(docker, &probe_holder),
-            probe::record(docker, env, &image, &containment),
-            af_runtime::run_step(
-                progress,
-                Step::Sidecar,
-                "the egress sidecar",
-                starting_sidecar
-            )
-        );
-        removed?;
-        recorded?;
-        let (sidecar, sidecar_created) = sidecar?;
         if sidecar.internal_ip != placement.sidecar_ip {
             return Err(RuntimeError::platform_failed(
                 "placing the sidecar",

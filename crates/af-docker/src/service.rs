@@ -239,13 +239,15 @@ impl Prepared {
 /// The part of instance `index` of `service` that runs no workload code and needs no sidecar: a
 /// running instance that matches its specification is kept; otherwise it is replaced by a fresh
 /// holder with the refusal rules and an application container created, not started. `up` does
-/// this for every instance while the probe runs.
+/// this for every instance while the probe runs. `holder_ready` is told a fresh holder's name as
+/// soon as its refusal rules apply (the probe can run there from then on).
 pub async fn prepare(
     docker: &Docker,
     at: Placement<'_>,
     service: &Service,
     image: &str,
     index: u32,
+    holder_ready: &(dyn Fn(&str) + Sync),
 ) -> Result<Prepared, DockerError> {
     let (holder_role, app_role) = roles(&service.name, index);
     let holder = names::container(at.env, &holder_role);
@@ -268,6 +270,7 @@ pub async fn prepare(
         &spec,
     )
     .await?;
+    holder_ready(&holder);
     create_app(docker, at, service, image, index, joined, &spec).await?;
     Ok(Prepared::Fresh { holder, app })
 }
