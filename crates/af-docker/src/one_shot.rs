@@ -365,7 +365,7 @@ pub async fn start_holder(
 /// `exec` as root ([`apply_refusal`]) — has NET_ADMIN; NET_ADMIN is the only capability it has,
 /// and its own process (`hold`) gives it up at start. Everything else runs in it as
 /// [`UNPRIVILEGED`] with no capability (Docker clears them for a non-root `exec`).
-const HOLDER_ROOT: &str = "0";
+pub const HOLDER_ROOT: &str = "0";
 /// The engine image's unprivileged user, as the probe and the gates run in a holder.
 pub const UNPRIVILEGED: &str = "1337:1337";
 
@@ -380,11 +380,6 @@ pub fn holder_host_config(network: &str) -> HostConfig {
         security_opt: Some(vec!["no-new-privileges".to_string()]),
         ..Default::default()
     }
-}
-
-/// The user a holder's container is created with.
-pub fn holder_user() -> Option<String> {
-    Some(HOLDER_ROOT.to_string())
 }
 
 /// Applies the refusal rules (`args`: `refuse-outside ...`) in `holder`'s namespace: an `exec` as

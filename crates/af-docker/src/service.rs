@@ -151,7 +151,7 @@ async fn hold_with_rules(
     let body = ContainerCreateBody {
         image: Some(at.engine_image.to_string()),
         cmd: Some(vec!["hold".to_string()]),
-        user: one_shot::holder_user(),
+        user: Some(one_shot::HOLDER_ROOT.to_string()),
         labels: Some({
             let mut labels = names::labels(at.env, holder_role);
             labels.insert(names::SPEC_LABEL.to_string(), spec.to_string());

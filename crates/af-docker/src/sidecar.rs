@@ -342,10 +342,9 @@ mod tests {
         );
         assert!(parsed.unwrap().capture_ca.is_none());
 
-        let (cert, key) = af_egress::tls_capture::new_ca(env.as_str()).unwrap();
         let ca = CaptureCa {
             volume: "v".into(),
-            pem: af_runtime::capture_trust::CaptureCaPem { cert, key },
+            pem: af_egress::tls_capture::new_ca(env.as_str()).unwrap(),
             with_system_store: true,
         };
         let text = config(

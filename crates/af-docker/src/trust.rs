@@ -27,9 +27,12 @@ pub struct CaptureCa {
 }
 
 impl CaptureCa {
-    /// The variables a service gets, but those its manifest sets itself.
+    /// The variables a service gets, `NAME=value`, but those its manifest sets itself.
     pub fn variables(&self, manifest_sets: impl Fn(&str) -> bool) -> Vec<String> {
         capture_trust::variables(self.with_system_store, manifest_sets)
+            .into_iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect()
     }
 
     /// The read-only mount of the CA's files, as a bind.
@@ -90,12 +93,12 @@ async fn create(
     engine_image: &str,
     volume: String,
 ) -> Result<CaptureCa, DockerError> {
-    let (cert, key) = af_egress::tls_capture::new_ca(env.as_str())
+    let pem = af_egress::tls_capture::new_ca(env.as_str())
         .map_err(|e| platform("making the environment's capture CA", e))?;
     let system = capture_trust::system_bundle();
     let mut labels = names::labels(env, "trust-volume");
-    labels.insert(CERT_LABEL.to_string(), cert.clone());
-    labels.insert(KEY_LABEL.to_string(), key.clone());
+    labels.insert(CERT_LABEL.to_string(), pem.cert.clone());
+    labels.insert(KEY_LABEL.to_string(), pem.key.clone());
     labels.insert(SYSTEM_STORE_LABEL.to_string(), system.is_some().to_string());
     docker
         .create_volume(VolumeCreateRequest {
@@ -106,10 +109,10 @@ async fn create(
         .await
         .map_err(|e| platform(format!("creating volume {volume}"), e))?;
     let files = [
-        (CA_FILE_NAME, cert.clone()),
+        (CA_FILE_NAME, pem.cert.clone()),
         (
             BUNDLE_FILE_NAME,
-            capture_trust::bundle(system.as_deref(), &cert),
+            capture_trust::bundle(system.as_deref(), &pem.cert),
         ),
     ];
     if let Err(err) = fill(docker, env, engine_image, &volume, &files).await {
@@ -124,7 +127,7 @@ async fn create(
     }
     Ok(CaptureCa {
         volume,
-        pem: CaptureCaPem { cert, key },
+        pem,
         with_system_store: system.is_some(),
     })
 }

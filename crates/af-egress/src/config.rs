@@ -482,7 +482,8 @@ mod tests {
             err.iter().any(|p| p.contains("/nonexistent/ca.key")),
             "{err:?}"
         );
-        let (cert, key) = crate::tls_capture::new_ca("shop-main").unwrap();
+        let af_runtime::capture_trust::CaptureCaPem { cert, key } =
+            crate::tls_capture::new_ca("shop-main").unwrap();
         let yaml = |pem: &str| serde_json::to_string(pem).unwrap();
         let loaded = parse_config(
             &format!(
@@ -506,7 +507,7 @@ mod tests {
             &format!(
                 "{MINIMAL}tls_capture: {{ca_cert: {}, ca_key: {}}}\n",
                 yaml(&cert),
-                yaml(&crate::tls_capture::new_ca("other").unwrap().1)
+                yaml(&crate::tls_capture::new_ca("other").unwrap().key)
             ),
             Path::new("."),
         )

@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 
 use af_manifest::CannedResponse;
 use af_runtime::Verdict;
+use af_runtime::capture_trust::CaptureCaPem;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -54,15 +55,18 @@ impl std::fmt::Debug for CaptureCa {
     }
 }
 
-/// A new capture CA for `environment`: (certificate PEM, private key PEM). Each runtime makes one
-/// per environment, keeps it for the environment's life (services trust it), gives the key to the
-/// sidecar only and the certificate to the services.
-pub fn new_ca(environment: &str) -> Result<(String, String), String> {
+/// A new capture CA for `environment`. Each runtime makes one per environment, keeps it for the
+/// environment's life (services trust it), gives the key to the sidecar only and the certificate
+/// to the services.
+pub fn new_ca(environment: &str) -> Result<CaptureCaPem, String> {
     let key = KeyPair::generate().map_err(|e| format!("making the capture CA's key: {e}"))?;
     let certificate = ca_params(environment)
         .self_signed(&key)
         .map_err(|e| format!("signing the capture CA: {e}"))?;
-    Ok((certificate.pem(), key.serialize_pem()))
+    Ok(CaptureCaPem {
+        cert: certificate.pem(),
+        key: key.serialize_pem(),
+    })
 }
 
 fn ca_params(environment: &str) -> CertificateParams {
@@ -368,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_new_ca_loads_and_mints_certificates_for_names_and_addresses() {
-        let (cert, key) = new_ca("shop-main").unwrap();
+        let CaptureCaPem { cert, key } = new_ca("shop-main").unwrap();
         assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"), "{cert}");
         let ca = CaptureCa::load(&cert, &key).unwrap();
         let first = ca.server_config("API.Payments.test").unwrap();
@@ -384,8 +388,8 @@ mod tests {
 
     #[test]
     fn a_certificate_and_a_key_that_are_not_a_pair_are_refused() {
-        let (cert, _) = new_ca("one").unwrap();
-        let (_, other_key) = new_ca("two").unwrap();
+        let cert = new_ca("one").unwrap().cert;
+        let other_key = new_ca("two").unwrap().key;
         let err = CaptureCa::load(&cert, &other_key).unwrap_err();
         assert!(err.contains("are they a pair"), "{err}");
         let err = CaptureCa::load("not a certificate", &other_key).unwrap_err();

@@ -451,7 +451,10 @@ fn allowed_names_are_resolved_through_the_nameserver_and_still_classified() {
 #[test]
 fn captured_https_is_answered_behind_the_environment_ca() {
     in_private_network(|| async {
-        let (ca_cert, ca_key) = af_egress::tls_capture::new_ca("test-env").unwrap();
+        let af_runtime::capture_trust::CaptureCaPem {
+            cert: ca_cert,
+            key: ca_key,
+        } = af_egress::tls_capture::new_ca("test-env").unwrap();
         let dir = std::env::temp_dir().join(format!("af-egress-ca-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("ca.pem"), &ca_cert).unwrap();

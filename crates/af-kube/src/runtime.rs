@@ -24,7 +24,6 @@ use crate::apply::{FIELD_MANAGER, fit, job, namespace, objects, probe, published
 use crate::images::{Loader, load_command, loader_for, on_every_node};
 use crate::render::names::{ROLE_LABEL, SERVICE_LABEL, SIDECAR, namespace as namespace_name};
 use crate::render::{CaptureInput, Cluster, Object, RenderInput, Rendered, render, with_bundle};
-use af_runtime::capture_trust::CaptureCaPem;
 
 /// Where the last containment verdict is kept, for `af status`: on the namespace, which a
 /// workload cannot write (no pod has a service account token).
@@ -542,16 +541,17 @@ impl Runtime for KubeRuntime {
             true => None,
             false => match af_egress::config::inline_capture_ca(&current) {
                 Some(ca) => Some(ca),
-                None => {
-                    let (cert, key) = af_egress::tls_capture::new_ca(environment.id.as_str())
-                        .map_err(|e| {
-                            RuntimeError::platform_failed("making the environment's capture CA", e)
-                        })?;
-                    Some(CaptureCaPem { cert, key })
-                }
+                None => Some(
+                    af_egress::tls_capture::new_ca(environment.id.as_str()).map_err(|e| {
+                        RuntimeError::platform_failed("making the environment's capture CA", e)
+                    })?,
+                ),
             },
         };
-        let system_store = af_runtime::capture_trust::system_bundle();
+        // The machine's trust store, read only when there is a CA to bundle it with.
+        let system_store = capture_ca
+            .as_ref()
+            .and_then(|_| af_runtime::capture_trust::system_bundle());
         let capture = capture_ca.as_ref().map(|ca| CaptureInput {
             ca,
             with_system_store: system_store.is_some(),

@@ -64,11 +64,14 @@ pub fn bundle(system: Option<&str>, ca_cert: &str) -> String {
     }
 }
 
-/// The variables that point a service's TLS stacks at the files, `NAME=value`, leaving out those
+/// The variables that point a service's TLS stacks at the files, (name, value), leaving out those
 /// `manifest_sets`. Without the machine's store (`with_system_store` false) the bundle would hold
 /// the capture CA alone, which would make a service distrust every public host it is allowed to
 /// reach; then only the additive variables are set.
-pub fn variables(with_system_store: bool, manifest_sets: impl Fn(&str) -> bool) -> Vec<String> {
+pub fn variables(
+    with_system_store: bool,
+    manifest_sets: impl Fn(&str) -> bool,
+) -> Vec<(&'static str, String)> {
     let ca = format!("{TRUST_DIR}/{CA_FILE_NAME}");
     let bundle = format!("{TRUST_DIR}/{BUNDLE_FILE_NAME}");
     // OpenSSL (and Python's ssl, Ruby), Go and rustls-native-certs read SSL_CERT_FILE; Python's
@@ -85,7 +88,7 @@ pub fn variables(with_system_store: bool, manifest_sets: impl Fn(&str) -> bool) 
         .filter(|_| with_system_store)
         .chain(adding.iter())
         .filter(|(name, _)| !manifest_sets(name))
-        .map(|(name, value)| format!("{name}={value}"))
+        .map(|(name, value)| (*name, value.to_string()))
         .collect()
 }
 
@@ -99,15 +102,15 @@ mod tests {
         assert_eq!(
             all,
             [
-                "SSL_CERT_FILE=/etc/af/ca-bundle.pem",
-                "REQUESTS_CA_BUNDLE=/etc/af/ca-bundle.pem",
-                "CURL_CA_BUNDLE=/etc/af/ca-bundle.pem",
-                "NODE_EXTRA_CA_CERTS=/etc/af/capture-ca.pem",
-                "AF_CAPTURE_CA=/etc/af/capture-ca.pem",
+                ("SSL_CERT_FILE", "/etc/af/ca-bundle.pem".to_string()),
+                ("REQUESTS_CA_BUNDLE", "/etc/af/ca-bundle.pem".to_string()),
+                ("CURL_CA_BUNDLE", "/etc/af/ca-bundle.pem".to_string()),
+                ("NODE_EXTRA_CA_CERTS", "/etc/af/capture-ca.pem".to_string()),
+                ("AF_CAPTURE_CA", "/etc/af/capture-ca.pem".to_string()),
             ]
         );
         let kept = variables(true, |name| name == "SSL_CERT_FILE");
-        assert!(!kept.iter().any(|v| v.starts_with("SSL_CERT_FILE=")));
+        assert!(!kept.iter().any(|(name, _)| *name == "SSL_CERT_FILE"));
         assert_eq!(kept.len(), 4);
     }
 
@@ -116,8 +119,8 @@ mod tests {
         assert_eq!(
             variables(false, |_| false),
             [
-                "NODE_EXTRA_CA_CERTS=/etc/af/capture-ca.pem",
-                "AF_CAPTURE_CA=/etc/af/capture-ca.pem",
+                ("NODE_EXTRA_CA_CERTS", "/etc/af/capture-ca.pem".to_string()),
+                ("AF_CAPTURE_CA", "/etc/af/capture-ca.pem".to_string()),
             ]
         );
     }

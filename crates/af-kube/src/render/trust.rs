@@ -92,13 +92,10 @@ pub fn variables(input: &RenderInput<'_>, service: &Service) -> Vec<EnvVar> {
         service.env.contains_key(name)
     })
     .into_iter()
-    .filter_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        Some(EnvVar {
-            name: name.to_string(),
-            value: Some(value.to_string()),
-            ..Default::default()
-        })
+    .map(|(name, value)| EnvVar {
+        name: name.to_string(),
+        value: Some(value),
+        ..Default::default()
     })
     .collect()
 }
