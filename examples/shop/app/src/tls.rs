@@ -1,7 +1,9 @@
 //! TLS for the client, as an application built on OpenSSL gets it: the server's certificate is
 //! verified against the trust store `SSL_CERT_FILE` names, or the system's. In an environment the
 //! runtime points `SSL_CERT_FILE` at a bundle that also holds the environment's capture CA, which
-//! is how a captured https:// host is answered by the sidecar.
+//! is how a captured https:// host is answered by the sidecar. Where the machine af runs on has no
+//! trust store to bundle, af sets only `AF_CAPTURE_CA` (the CA alone), which the shop then uses:
+//! every https:// host it calls is captured.
 
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -16,7 +18,9 @@ pub type Stream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 /// Opens TLS to `host` over `tcp`.
 pub fn connect(host: &str, tcp: TcpStream) -> Result<Stream, String> {
-    let store = std::env::var("SSL_CERT_FILE").unwrap_or_else(|_| SYSTEM_STORE.to_string());
+    let store = std::env::var("SSL_CERT_FILE")
+        .or_else(|_| std::env::var("AF_CAPTURE_CA"))
+        .unwrap_or_else(|_| SYSTEM_STORE.to_string());
     let pem = std::fs::read(&store).map_err(|e| format!("the trust store {store}: {e}"))?;
     let mut roots = rustls::RootCertStore::empty();
     roots.add_parsable_certificates(CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok));
