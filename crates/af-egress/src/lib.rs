@@ -33,6 +33,7 @@ pub mod policy;
 mod resolve;
 mod server;
 mod smtp;
+mod splice;
 pub mod tls_capture;
 mod tunnel;
 mod udp_batch;

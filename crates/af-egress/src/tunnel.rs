@@ -20,9 +20,10 @@ use crate::decision_log::Pending;
 use crate::dial::{connect as dial, dial_address, logged_rule, read_hello};
 use crate::http_proxy::{denied, plain};
 use crate::policy::{Decision, DenyReason, Target, decide};
+use crate::splice::{self, Pipes};
 use crate::tls_capture::{self, CapturedConnection, NO_CA_NOTE};
 
-/// Bytes read per system call in each direction of a tunnel: large enough that a 1 MiB download
+/// Bytes read per system call in each direction of a tunnel that is copied: large enough that a 1 MiB download
 /// is a few dozen reads, not a hundred and twenty-eight.
 const TUNNEL_BUFFER: usize = 32 << 10;
 
@@ -163,7 +164,7 @@ async fn splice_tls<C>(
     rule: &str,
     shared: &Shared,
 ) where
-    C: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + AsyncWrite + Unpin + IntoSocket,
 {
     let (hello, server_name) =
         match read_hello(&mut client, shared.limits.client_hello_timeout()).await {
@@ -201,17 +202,22 @@ fn check_server_name(
     }
 }
 
-/// Dials `addr`, writes the bytes already read from the client, then copies both ways.
+/// Dials `addr`, writes the bytes already read from the client, then relays both ways: in the
+/// kernel when the client is a plain socket underneath ([`crate::splice`]), by copying otherwise.
 async fn relay_to<C>(
-    mut client: C,
+    client: C,
     already_read: Vec<u8>,
     addr: SocketAddr,
     pending: Pending,
     rule: &str,
     shared: &Shared,
 ) where
-    C: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + AsyncWrite + Unpin + IntoSocket,
 {
+    let (client, rest) = match client.into_socket() {
+        Ok((socket, rest)) => (Ok(socket), rest),
+        Err(client) => (Err(client), bytes::Bytes::new()),
+    };
     let mut upstream = match dial(addr, shared.limits.connect_timeout()).await {
         Ok(stream) => stream,
         Err(err) => {
@@ -219,20 +225,53 @@ async fn relay_to<C>(
             return pending.finish(&shared.log, Verdict::Allow, rule, 0, 0);
         }
     };
-    if upstream.write_all(&already_read).await.is_err() {
-        return pending.finish(&shared.log, Verdict::Allow, rule, 0, 0);
+    for first in [&already_read[..], &rest[..]] {
+        if upstream.write_all(first).await.is_err() {
+            return pending.finish(&shared.log, Verdict::Allow, rule, 0, 0);
+        }
     }
-    let (up, down) = tokio::io::copy_bidirectional_with_sizes(
-        &mut client,
-        &mut upstream,
-        TUNNEL_BUFFER,
-        TUNNEL_BUFFER,
-    )
-    .await
-    .unwrap_or((0, 0));
-    let up = up + already_read.len() as u64;
+    let moved = match client {
+        Ok(mut socket) => match Pipes::new() {
+            Ok(pipes) => splice::relay(pipes, &mut socket, &mut upstream).await,
+            // Out of descriptors for two pipes: copying needs none.
+            Err(_) => copy_both_ways(&mut socket, &mut upstream).await,
+        },
+        Err(mut client) => copy_both_ways(&mut client, &mut upstream).await,
+    };
+    let (up, down) = moved.unwrap_or((0, 0));
+    let up = up + (already_read.len() + rest.len()) as u64;
     shared.metrics.bytes(up, down);
     pending.finish(&shared.log, Verdict::Allow, rule, up, down);
+}
+
+/// Copies both ways through user-space buffers; returns the bytes moved each way.
+async fn copy_both_ways<C>(client: &mut C, upstream: &mut TcpStream) -> std::io::Result<(u64, u64)>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::io::copy_bidirectional_with_sizes(client, upstream, TUNNEL_BUFFER, TUNNEL_BUFFER).await
+}
+
+/// A tunnel's client side that may be a plain socket underneath, so the tunnel can be spliced.
+trait IntoSocket: Sized {
+    /// The socket and the bytes already read from it but not yet relayed; `Err(self)` when there
+    /// is no plain socket.
+    fn into_socket(self) -> Result<(TcpStream, bytes::Bytes), Self>;
+}
+
+impl IntoSocket for TcpStream {
+    fn into_socket(self) -> Result<(TcpStream, bytes::Bytes), Self> {
+        Ok((self, bytes::Bytes::new()))
+    }
+}
+
+impl IntoSocket for TokioIo<hyper::upgrade::Upgraded> {
+    fn into_socket(self) -> Result<(TcpStream, bytes::Bytes), Self> {
+        match self.into_inner().downcast::<TokioIo<TcpStream>>() {
+            Ok(parts) => Ok((parts.io.into_inner(), parts.read_buf)),
+            Err(upgraded) => Err(TokioIo::new(upgraded)),
+        }
+    }
 }
 
 /// Serves transparent TLS clients on `listener` for ever.

@@ -281,6 +281,64 @@ fn transparent_tls_is_decided_by_server_name() {
     });
 }
 
+/// A tunnel carries megabytes both ways, whole and in order, through a half-close: the client
+/// sends its ClientHello and 2 MiB in the same write as its CONNECT (so part of it is read with
+/// the request head), then stops sending; only then does the origin answer with 3 MiB. The
+/// decision log counts every byte. (Bulk moves through pipes in the kernel, small ones through a
+/// buffer: `splice.rs`; this crosses both.)
+#[test]
+fn tunnels_carry_bulk_both_ways_whole_and_count_it() {
+    use tokio::io::AsyncReadExt;
+    const UP: usize = 2 << 20;
+    const DOWN: usize = 3 << 20;
+    fn pattern(len: usize, seed: usize) -> Vec<u8> {
+        (0..len).map(|i| ((i + seed) % 251) as u8).collect()
+    }
+    in_private_network(|| async move {
+        let hello = client_hello("api.allowed.test");
+        let mut expected_up = hello.clone();
+        expected_up.extend(pattern(UP, 0));
+        let listener = tokio::net::TcpListener::bind(addr(ORIGIN, 443))
+            .await
+            .unwrap();
+        let origin = tokio::spawn({
+            let answer = pattern(DOWN, 7);
+            async move {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut received = Vec::new();
+                stream.read_to_end(&mut received).await.unwrap();
+                stream.write_all(&answer).await.unwrap();
+                received
+            }
+        });
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let mut client = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        let mut first =
+            b"CONNECT api.allowed.test:443 HTTP/1.1\r\nhost: api.allowed.test:443\r\n\r\n".to_vec();
+        first.extend_from_slice(&expected_up);
+        client.write_all(&first).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut everything = Vec::new();
+        tokio::time::timeout(Duration::from_secs(20), client.read_to_end(&mut everything))
+            .await
+            .expect("the tunnel ends")
+            .unwrap();
+        let body_at = find(&everything, b"\r\n\r\n").expect("a response head") + 4;
+        assert!(everything.starts_with(b"HTTP/1.1 200"));
+        assert!(
+            everything[body_at..] == pattern(DOWN, 7),
+            "3 MiB down, whole and in order ({} bytes came)",
+            everything.len() - body_at
+        );
+        assert!(
+            origin.await.unwrap() == expected_up,
+            "the hello and 2 MiB up, whole and in order"
+        );
+        let logged = decisions_once("?verdict=allow", |r| r["bytes_down"] == DOWN).await;
+        assert_eq!(logged[0]["bytes_up"], expected_up.len());
+    });
+}
+
 /// Two requests on one client connection, the second with a 1 MiB body streamed through.
 #[test]
 fn keep_alive_and_large_bodies() {
