@@ -1,6 +1,13 @@
 //! The benchmark's network: an "origin" network namespace at TEST-NET addresses, joined to this
 //! one by a veth pair, so direct requests, squid and the sidecar all cross the same link. Nothing
 //! leaves the machine. Removed when dropped.
+//!
+//! While it exists, this namespace reuses ports in TIME_WAIT for new outgoing connections
+//! (`net.ipv4.tcp_tw_reuse = 1`, the usual setting on a proxy host; restored on drop). Every
+//! new-connection scenario opens tens of thousands of connections to one origin address in a few
+//! seconds, and whoever closes first keeps each port for a minute: without reuse the 28k
+//! ephemeral ports run out part-way through a run, and the scenarios measured after that — in
+//! whichever column — measure the kernel's port search instead of a proxy.
 
 use std::process::{Child, Command, Stdio};
 
@@ -17,7 +24,11 @@ pub struct World {
     namespace: String,
     host_link: String,
     origin: Option<Child>,
+    /// `tcp_tw_reuse` as it was before, to put back.
+    tw_reuse_before: Option<String>,
 }
+
+const TW_REUSE: &str = "/proc/sys/net/ipv4/tcp_tw_reuse";
 
 fn run(args: &[&str]) -> Result<()> {
     let status = Command::new(args[0])
@@ -42,9 +53,14 @@ impl World {
             namespace: namespace.clone(),
             host_link: host_link.clone(),
             origin: None,
+            tw_reuse_before: None,
         };
         run(&["ip", "netns", "add", &namespace])
             .context("creating a network namespace needs root")?;
+        let before =
+            std::fs::read_to_string(TW_REUSE).with_context(|| format!("reading {TW_REUSE}"))?;
+        std::fs::write(TW_REUSE, "1").with_context(|| format!("writing {TW_REUSE}"))?;
+        world.tw_reuse_before = Some(before.trim().to_string());
         run(&[
             "ip",
             "link",
@@ -106,6 +122,9 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        if let Some(before) = self.tw_reuse_before.take() {
+            let _ = std::fs::write(TW_REUSE, before);
+        }
         if let Some(mut origin) = self.origin.take() {
             let _ = origin.kill();
             let _ = origin.wait();
