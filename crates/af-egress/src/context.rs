@@ -10,6 +10,7 @@ use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::resolve::Resolver;
 use crate::tls_capture::CaptureCa;
+use crate::upstream_pool::UpstreamPool;
 
 #[derive(Debug)]
 pub struct Shared {
@@ -22,4 +23,6 @@ pub struct Shared {
     pub limits: Limits,
     /// Signs certificates for captured names reached over TLS; without it they are refused.
     pub capture_ca: Option<Arc<CaptureCa>>,
+    /// Idle connections to allowed upstream addresses, for the next request to the same address.
+    pub upstreams: UpstreamPool,
 }

@@ -39,13 +39,29 @@ pub enum HttpMode {
 }
 
 /// The upstream connection a client connection last used, kept for its next request (HTTP/1.1
-/// keep-alive on both sides).
+/// keep-alive on both sides). When the client connection ends, it goes to the sidecar's pool for
+/// any client's next request to the same address ([`crate::upstream_pool`]).
 struct Upstream {
     addr: SocketAddr,
     sender: SendRequest<ProxyBody>,
 }
 
 type UpstreamSlot = Arc<Mutex<Option<Upstream>>>;
+
+/// Hands `upstream` to the pool once its last exchange is over (at once if it already is); one
+/// that closes instead is dropped.
+fn release(upstream: Upstream, shared: &Arc<Shared>) {
+    let Upstream { addr, mut sender } = upstream;
+    if sender.is_ready() {
+        return shared.upstreams.give_back(addr, sender);
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        if sender.ready().await.is_ok() {
+            shared.upstreams.give_back(addr, sender);
+        }
+    });
+}
 
 /// Serves clients on `listener` for ever.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mode: HttpMode) {
@@ -65,10 +81,13 @@ async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let upstream: UpstreamSlot = Arc::new(Mutex::new(None));
     let limits = shared.limits.clone();
-    let service = service_fn(move |req| {
-        let shared = shared.clone();
-        let upstream = upstream.clone();
-        async move { Ok::<_, Infallible>(handle(req, peer, shared, mode, upstream).await) }
+    let service = service_fn({
+        let (shared, upstream) = (shared.clone(), upstream.clone());
+        move |req| {
+            let shared = shared.clone();
+            let upstream = upstream.clone();
+            async move { Ok::<_, Infallible>(handle(req, peer, shared, mode, upstream).await) }
+        }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -78,6 +97,9 @@ async fn serve_connection(
         .with_upgrades();
     if let Err(err) = connection.await {
         tracing::debug!(%peer, error = %err, "client connection ended with an error");
+    }
+    if let Some(last) = upstream.lock().await.take() {
+        release(last, &shared);
     }
 }
 
@@ -208,50 +230,24 @@ async fn relay(
             );
         }
     };
-    let client_closes = wants_close(&parts.headers);
     remove_hop_by_hop(&mut parts.headers);
-    if client_closes {
-        // This is the last request on the upstream connection too: saying so lets the origin close
-        // first, so its side, not the sidecar's, holds the TIME_WAIT (a sidecar that closed first
-        // would run out of ports to the origin under new-connection-per-request load).
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
     let request = Request::from_parts(parts, CountedBody::new(body, up.clone(), None).boxed());
-
     let mut slot = upstream.lock().await;
-    let mut sender = match reuse_or_connect(slot.take(), addr, &shared).await {
-        Ok(sender) => sender,
-        Err(err) => {
+    let sent = send(request, addr, slot.take(), &shared).await;
+    let response = match sent {
+        Ok((sender, response)) => {
+            // Kept for this client's next request, which waits until this answer has been read.
+            *slot = Some(Upstream { addr, sender });
+            response
+        }
+        Err(Unanswered::Unreachable(err)) => {
             pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
             return plain(
                 StatusCode::BAD_GATEWAY,
                 &format!("the sidecar could not reach {addr}: {err}\n"),
             );
         }
-    };
-    let response = sender.send_request(request).await;
-    *slot = Some(Upstream { addr, sender });
-    drop(slot);
-    match response {
-        Ok(response) => {
-            let (mut parts, body) = response.into_parts();
-            remove_hop_by_hop(&mut parts.headers);
-            let log = shared.log.clone();
-            let metrics = shared.metrics.clone();
-            let counted_down = down.clone();
-            let on_end = Box::new(move || {
-                let (up, down) = (
-                    up.load(Ordering::Relaxed),
-                    counted_down.load(Ordering::Relaxed),
-                );
-                metrics.bytes(up, down);
-                pending.finish(&log, Verdict::Allow, &rule, up, down);
-            });
-            Response::from_parts(parts, CountedBody::new(body, down, Some(on_end)).boxed())
-        }
-        Err(err) => {
+        Err(Unanswered::Failed(err)) => {
             pending.finish(
                 &shared.log,
                 Verdict::Allow,
@@ -259,27 +255,87 @@ async fn relay(
                 up.load(Ordering::Relaxed),
                 0,
             );
-            plain(
+            return plain(
                 StatusCode::BAD_GATEWAY,
                 &format!("{addr} did not answer: {err}\n"),
-            )
+            );
         }
+    };
+    drop(slot);
+    let (mut parts, body) = response.into_parts();
+    remove_hop_by_hop(&mut parts.headers);
+    let log = shared.log.clone();
+    let metrics = shared.metrics.clone();
+    let counted_down = down.clone();
+    let on_end = Box::new(move || {
+        let (up, down) = (
+            up.load(Ordering::Relaxed),
+            counted_down.load(Ordering::Relaxed),
+        );
+        metrics.bytes(up, down);
+        pending.finish(&log, Verdict::Allow, &rule, up, down);
+    });
+    Response::from_parts(parts, CountedBody::new(body, down, Some(on_end)).boxed())
+}
+
+/// Why a request got no answer from upstream.
+enum Unanswered {
+    /// No connection could be made.
+    Unreachable(crate::body::BoxError),
+    /// The request went out and the exchange failed.
+    Failed(hyper::Error),
+}
+
+/// Sends `request` to `addr`: on this client's own upstream connection when it goes there (once
+/// its previous answer has been read: only this client uses it), else on an idle one from the
+/// pool, else on a new one. A reused connection that turns out to have closed before the request
+/// went out is dropped and the request, untouched, tried on the next (hyper hands an unsent
+/// request back). This client's connection to another address goes to the pool.
+async fn send(
+    mut request: Request<ProxyBody>,
+    addr: SocketAddr,
+    own: Option<Upstream>,
+    shared: &Arc<Shared>,
+) -> Result<(SendRequest<ProxyBody>, Response<Incoming>), Unanswered> {
+    let mut own = match own {
+        Some(own) if own.addr == addr => Some(own.sender),
+        Some(other) => {
+            release(other, shared);
+            None
+        }
+        None => None,
+    };
+    if let Some(sender) = own.as_mut()
+        && sender.ready().await.is_err()
+    {
+        own = None;
+    }
+    let reused = own
+        .into_iter()
+        .chain(std::iter::from_fn(|| shared.upstreams.take(addr)));
+    for mut sender in reused {
+        match sender.try_send_request(request).await {
+            Ok(response) => return Ok((sender, response)),
+            Err(mut err) => match err.take_message() {
+                Some(unsent) => request = unsent,
+                None => return Err(Unanswered::Failed(err.into_error())),
+            },
+        }
+    }
+    let mut sender = open_upstream(addr, shared)
+        .await
+        .map_err(Unanswered::Unreachable)?;
+    match sender.send_request(request).await {
+        Ok(response) => Ok((sender, response)),
+        Err(err) => Err(Unanswered::Failed(err)),
     }
 }
 
-/// The previous upstream connection when it goes to the same address and is still usable,
-/// otherwise a new one.
-async fn reuse_or_connect(
-    previous: Option<Upstream>,
+/// A new HTTP/1.1 connection to `addr`.
+async fn open_upstream(
     addr: SocketAddr,
     shared: &Shared,
 ) -> Result<SendRequest<ProxyBody>, crate::body::BoxError> {
-    if let Some(mut previous) = previous
-        && previous.addr == addr
-        && previous.sender.ready().await.is_ok()
-    {
-        return Ok(previous.sender);
-    }
     let stream = connect(addr, shared.limits.connect_timeout()).await?;
     let (sender, connection) = hyper::client::conn::http1::Builder::new()
         // Large bodies stream through in chunks; a small read buffer bounds memory per connection.
@@ -354,16 +410,6 @@ pub(crate) async fn capture(
 
 /// The most an upstream connection buffers while reading a response.
 const UPSTREAM_READ_BUFFER: usize = 64 << 10;
-
-/// Whether the client asked to close its connection after this request.
-fn wants_close(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|token| token.trim().eq_ignore_ascii_case("close"))
-}
 
 /// Tells a client which verdict the sidecar reached, on every answer it makes itself.
 pub const VERDICT_HEADER: HeaderName = HeaderName::from_static("x-af-verdict");

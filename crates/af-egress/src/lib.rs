@@ -37,6 +37,7 @@ mod splice;
 pub mod tls_capture;
 mod tunnel;
 mod udp_batch;
+mod upstream_pool;
 mod webhook;
 
 pub use config::{LoadedConfig, SidecarConfig, load_config, parse_config};

@@ -15,7 +15,7 @@ use crate::http_proxy::{self, HttpMode};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::resolve::Resolver;
-use crate::{control, dns, smtp, tunnel};
+use crate::{control, dns, smtp, tunnel, upstream_pool};
 
 /// The addresses a started sidecar actually listens on (port 0 in the configuration becomes the
 /// port the kernel chose).
@@ -68,9 +68,11 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
         metrics: Metrics::default(),
         limits: config.limits.clone(),
         capture_ca,
+        upstreams: Default::default(),
     });
     let mut addresses = BoundAddresses::default();
     let mut tasks = JoinSet::new();
+    tasks.spawn(upstream_pool::sweep_forever(shared.clone()));
 
     if let Some(addr) = config.listen.proxy {
         let listener = bind(addr, "the forward proxy").await?;

@@ -281,6 +281,91 @@ fn transparent_tls_is_decided_by_server_name() {
     });
 }
 
+/// An origin on `at` answering every request on a connection with `name saw <path>`, closing the
+/// connection after each answer when `close_after_each` (without saying so, as an origin whose
+/// idle timeout strikes does). Counts the connections it accepts.
+async fn counting_origin(
+    at: std::net::SocketAddr,
+    name: &'static str,
+    close_after_each: bool,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use tokio::io::AsyncReadExt;
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind(at).await.unwrap();
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while let Ok(n @ 1..) = stream.read(&mut chunk).await {
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = find(&buf, b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                        buf.drain(..end + 4);
+                        let path = head.split(' ').nth(1).unwrap_or("").to_string();
+                        let body = format!("{name} saw {path}");
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(answer.as_bytes()).await.is_err() || close_after_each {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    accepted
+}
+
+/// Clients that open a connection per request share the sidecar's upstream connections: five
+/// client connections, one connection to the origin. A pooled connection the origin has closed
+/// is not used: against an origin that closes after every answer, every request still gets its
+/// answer, each on a new connection. A connection is only reused for the address and port it was
+/// dialled to: the second origin (the same address, another port) gets its own.
+#[test]
+fn upstream_connections_are_shared_and_never_stale() {
+    in_private_network(|| async {
+        let keeps = counting_origin(addr(ORIGIN, 80), "keeper", false).await;
+        let closes = counting_origin(addr(ORIGIN, 8080), "closer", true).await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        for (host, name, n) in [
+            ("api.allowed.test", "keeper", 5),
+            ("203.0.113.10:8080", "closer", 3),
+        ] {
+            for i in 0..n {
+                let answer = exchange(
+                    addr(SIDECAR, 3128),
+                    format!("GET http://{host}/{i} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes(),
+                )
+                .await;
+                assert!(answer.ends_with(&format!("{name} saw /{i}")), "{answer}");
+                // The client connection's upstream goes to the pool as that connection ends.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        use std::sync::atomic::Ordering::SeqCst;
+        assert_eq!(
+            keeps.load(SeqCst),
+            1,
+            "five client connections, one upstream"
+        );
+        assert_eq!(
+            closes.load(SeqCst),
+            3,
+            "a closed connection is never reused"
+        );
+        assert_eq!(
+            decisions("?verdict=allow").await.len(),
+            8,
+            "one record per request"
+        );
+    });
+}
+
 /// A tunnel carries megabytes both ways, whole and in order, through a half-close: the client
 /// sends its ClientHello and 2 MiB in the same write as its CONNECT (so part of it is read with
 /// the request head), then stops sending; only then does the origin answer with 3 MiB. The

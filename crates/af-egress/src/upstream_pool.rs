@@ -1,0 +1,108 @@
+//! Idle upstream HTTP connections, shared by every client of the sidecar and keyed by the address
+//! they were dialled to. A client that opens a connection per request (many HTTP libraries do)
+//! then costs the sidecar an accept, not an accept plus a dial, a handshake across the network
+//! and a teardown. Reuse keeps the guarantee that the sidecar only talks to addresses it checked:
+//! a request is decided and its address classified first, and only a connection dialled to
+//! exactly that address is taken.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hyper::client::conn::http1::SendRequest;
+
+use crate::body::ProxyBody;
+
+/// Idle connections kept per address; beyond it the oldest is closed.
+const IDLE_PER_ADDRESS: usize = 16;
+
+/// An idle connection older than this is closed instead of reused: origins close idle
+/// connections after a few seconds to a minute, and a request sent on one just closed is wasted.
+const IDLE_FOR: Duration = Duration::from_secs(4);
+
+struct Idle {
+    sender: SendRequest<ProxyBody>,
+    since: Instant,
+}
+
+impl Idle {
+    fn usable(&self) -> bool {
+        !self.sender.is_closed() && self.since.elapsed() < IDLE_FOR
+    }
+}
+
+#[derive(Default)]
+pub struct UpstreamPool {
+    idle: Mutex<HashMap<SocketAddr, Vec<Idle>>>,
+}
+
+impl std::fmt::Debug for UpstreamPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamPool").finish_non_exhaustive()
+    }
+}
+
+impl UpstreamPool {
+    /// The most recently returned connection to `addr` that is ready for a request now. One still
+    /// finishing its last exchange stays for later (waiting on it could mean waiting on another
+    /// client's slow upload); closed and stale ones are dropped on the way.
+    pub fn take(&self, addr: SocketAddr) -> Option<SendRequest<ProxyBody>> {
+        let mut idle = self.lock();
+        let kept = idle.get_mut(&addr)?;
+        kept.retain(Idle::usable);
+        let found = kept
+            .iter()
+            .rposition(|candidate| candidate.sender.is_ready())
+            .map(|at| kept.remove(at).sender);
+        if kept.is_empty() {
+            idle.remove(&addr);
+        }
+        found
+    }
+
+    /// Keeps `sender`, a connection whose client connection has ended and whose last exchange
+    /// is over, for the next request to `addr`. Every address's closed and stale connections are dropped on the way, so what the
+    /// pool holds stays bounded by what is in use.
+    pub fn give_back(&self, addr: SocketAddr, sender: SendRequest<ProxyBody>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.lock();
+        prune(&mut idle);
+        let kept = idle.entry(addr).or_default();
+        if kept.len() >= IDLE_PER_ADDRESS {
+            kept.remove(0);
+        }
+        kept.push(Idle {
+            sender,
+            since: Instant::now(),
+        });
+    }
+
+    /// Closes every stale connection (dropping the last handle on a connection closes it).
+    pub fn sweep(&self) {
+        prune(&mut self.lock());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Vec<Idle>>> {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn prune(idle: &mut HashMap<SocketAddr, Vec<Idle>>) {
+    idle.retain(|_, kept| {
+        kept.retain(Idle::usable);
+        !kept.is_empty()
+    });
+}
+
+/// Sweeps the sidecar's pool for ever, so that connections left idle when traffic stops are closed too.
+pub async fn sweep_forever(shared: std::sync::Arc<crate::context::Shared>) {
+    loop {
+        tokio::time::sleep(IDLE_FOR).await;
+        shared.upstreams.sweep();
+    }
+}
