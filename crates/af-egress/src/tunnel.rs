@@ -20,7 +20,7 @@ use crate::decision_log::Pending;
 use crate::dial::{connect as dial, dial_address, logged_rule, read_hello};
 use crate::http_proxy::{denied, plain};
 use crate::policy::{Decision, DenyReason, Target, decide};
-use crate::splice::{self, Pipes};
+use crate::splice;
 use crate::tls_capture::{self, CapturedConnection, NO_CA_NOTE};
 
 /// Bytes read per system call in each direction of a tunnel that is copied: large enough that a 1 MiB download
@@ -231,25 +231,21 @@ async fn relay_to<C>(
         }
     }
     let moved = match client {
-        Ok(mut socket) => match Pipes::new() {
-            Ok(pipes) => splice::relay(pipes, &mut socket, &mut upstream).await,
-            // Out of descriptors for two pipes: copying needs none.
-            Err(_) => copy_both_ways(&mut socket, &mut upstream).await,
-        },
-        Err(mut client) => copy_both_ways(&mut client, &mut upstream).await,
+        Ok(mut socket) => splice::relay(&mut socket, &mut upstream).await,
+        Err(mut client) => {
+            tokio::io::copy_bidirectional_with_sizes(
+                &mut client,
+                &mut upstream,
+                TUNNEL_BUFFER,
+                TUNNEL_BUFFER,
+            )
+            .await
+        }
     };
     let (up, down) = moved.unwrap_or((0, 0));
     let up = up + (already_read.len() + rest.len()) as u64;
     shared.metrics.bytes(up, down);
     pending.finish(&shared.log, Verdict::Allow, rule, up, down);
-}
-
-/// Copies both ways through user-space buffers; returns the bytes moved each way.
-async fn copy_both_ways<C>(client: &mut C, upstream: &mut TcpStream) -> std::io::Result<(u64, u64)>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    tokio::io::copy_bidirectional_with_sizes(client, upstream, TUNNEL_BUFFER, TUNNEL_BUFFER).await
 }
 
 /// A tunnel's client side that may be a plain socket underneath, so the tunnel can be spliced.
