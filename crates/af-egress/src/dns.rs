@@ -160,7 +160,11 @@ pub async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, dns: Arc<DnsConfi
                 if let Some(forwarder) = &forwarder {
                     for (socket, queries) in forwards.iter_mut().enumerate() {
                         if !queries.is_empty() {
-                            send_all(&forwarder.sockets[socket], queries).await;
+                            for at in send_all(&forwarder.sockets[socket], queries).await {
+                                if let Some(failed) = forwarder.give_up(&queries[at].0) {
+                                    replies.push(failed);
+                                }
+                            }
                             queries.clear();
                         }
                     }
@@ -169,6 +173,7 @@ pub async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, dns: Arc<DnsConfi
             Event::Answers(from, Ok(())) => {
                 if let Some(forwarder) = &forwarder {
                     forwarder.match_answers(&mut upstream_inbound[from], &mut answers);
+                    // An answer the kernel refuses is lost, as it would be on the wire.
                     send_all(&socket, &answers).await;
                     answers.clear();
                 }
@@ -299,6 +304,24 @@ impl UdpForwarder {
         Some((usize::from(id) % self.sockets.len(), rewritten))
     }
 
+    /// A forwarded query that could not be sent (`rewritten`, as [`Self::prepare`] made it): its id
+    /// is freed at once, and its client gets SERVFAIL now instead of waiting out its own timeout.
+    fn give_up(&self, rewritten: &[u8]) -> Option<(Vec<u8>, Option<SocketAddr>)> {
+        let id = u16::from_be_bytes([*rewritten.first()?, *rewritten.get(1)?]);
+        let waiting = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id)?;
+        let mut query = rewritten.to_vec();
+        query[..2].copy_from_slice(&waiting.client_id.to_be_bytes());
+        let question = read_query(&query).ok()?;
+        Some((
+            question.empty_response(RCODE_SERVFAIL),
+            Some(waiting.client),
+        ))
+    }
+
     /// The answers of a batch, each with its client's id restored, addressed to its client.
     /// An answer nobody waits for (late, or forged) is dropped.
     fn match_answers(
@@ -400,6 +423,29 @@ mod tests {
             upstream: None,
             ttl: 5,
         }
+    }
+
+    /// A forwarded query the kernel would not send is answered SERVFAIL, to its client, with its
+    /// client's id, and its id is free again: a late answer for it matches nobody.
+    #[tokio::test]
+    async fn a_query_that_cannot_be_forwarded_is_answered_servfail_at_once() {
+        let forwarder = UdpForwarder::start(
+            "127.0.0.1:9".parse().unwrap(),
+            std::time::Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        let client: SocketAddr = "10.99.0.7:40000".parse().unwrap();
+        let query = crate::dns_wire::build_query(0x4242, "web", crate::dns_wire::TYPE_A);
+        let (_, rewritten) = forwarder.prepare(&query, client).unwrap();
+        let (reply, to) = forwarder
+            .give_up(&rewritten)
+            .expect("an answer for the client");
+        assert_eq!(to, Some(client));
+        assert_eq!(reply[..2], [0x42, 0x42], "the client's own id");
+        assert_eq!(reply[3] & 0x0f, RCODE_SERVFAIL);
+        assert!(forwarder.give_up(&rewritten).is_none(), "the id is freed");
+        assert!(forwarder.in_flight.lock().unwrap().is_empty());
     }
 
     #[test]

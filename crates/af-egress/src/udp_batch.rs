@@ -97,13 +97,19 @@ impl Inbound {
 }
 
 /// Sends every datagram (`to`: `None` on a connected socket), in as few system calls as the
-/// kernel allows. A datagram the kernel refuses is dropped, as UDP would.
-pub async fn send_all(socket: &UdpSocket, datagrams: &[(Vec<u8>, Option<SocketAddr>)]) {
+/// kernel allows. A datagram the kernel refuses is dropped, as UDP would; the positions of the
+/// dropped ones are returned, so a forwarder can answer for them.
+pub async fn send_all(
+    socket: &UdpSocket,
+    datagrams: &[(Vec<u8>, Option<SocketAddr>)],
+) -> Vec<usize> {
     let fd = socket.as_raw_fd();
     let mut sent = 0;
+    let mut dropped = Vec::new();
     while sent < datagrams.len() {
         if socket.writable().await.is_err() {
-            return;
+            dropped.extend(sent..datagrams.len());
+            return dropped;
         }
         let batch = &datagrams[sent..datagrams.len().min(sent + BATCH)];
         let result = socket.try_io(Interest::WRITABLE, || {
@@ -129,13 +135,17 @@ pub async fn send_all(socket: &UdpSocket, datagrams: &[(Vec<u8>, Option<SocketAd
             Ok(results.count())
         });
         match result {
-            Ok(0) => sent += 1, // nothing went: skip the first, or this would spin
-            Ok(count) => sent += count,
+            Ok(count @ 1..) => sent += count,
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
-            // The first datagram of the batch was refused (a bad address): drop it, go on.
-            Err(_) => sent += 1,
+            // Nothing went, or the first datagram was refused (a bad address, or an error the
+            // peer reported earlier): drop that one and go on, or this would spin.
+            Ok(0) | Err(_) => {
+                dropped.push(sent);
+                sent += 1;
+            }
         }
     }
+    dropped
 }
 
 #[cfg(test)]
