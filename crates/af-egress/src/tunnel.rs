@@ -23,8 +23,8 @@ use crate::policy::{Decision, DenyReason, Target, decide};
 use crate::splice;
 use crate::tls_capture::{self, CapturedConnection, NO_CA_NOTE};
 
-/// Bytes read per system call in each direction of a tunnel that is copied: large enough that a 1 MiB download
-/// is a few dozen reads, not a hundred and twenty-eight.
+/// Bytes read per system call in each direction of a tunnel that is copied: large enough that a
+/// 1 MiB download is a few dozen reads, not a hundred and twenty-eight.
 const TUNNEL_BUFFER: usize = 32 << 10;
 
 /// The port transparent TLS clients meant to reach.

@@ -44,17 +44,14 @@ impl std::fmt::Debug for UpstreamPool {
 }
 
 impl UpstreamPool {
-    /// The most recently returned connection to `addr` that is ready for a request now. One still
-    /// finishing its last exchange stays for later (waiting on it could mean waiting on another
-    /// client's slow upload); closed and stale ones are dropped on the way.
+    /// The most recently returned connection to `addr` still open; closed and stale ones are
+    /// dropped on the way. (Only connections whose last exchange is over are given back, and
+    /// nobody uses one while it is here, so an open one is ready.)
     pub fn take(&self, addr: SocketAddr) -> Option<SendRequest<ProxyBody>> {
         let mut idle = self.lock();
         let kept = idle.get_mut(&addr)?;
         kept.retain(Idle::usable);
-        let found = kept
-            .iter()
-            .rposition(|candidate| candidate.sender.is_ready())
-            .map(|at| kept.remove(at).sender);
+        let found = kept.pop().map(|idle| idle.sender);
         if kept.is_empty() {
             idle.remove(&addr);
         }
