@@ -1,6 +1,17 @@
 //! The DNS load generator: a fixed number of queries in flight over UDP, each socket waiting for
 //! its answer before asking again.
 
+/// Which names the queries ask for.
+#[derive(Clone, Copy)]
+pub enum Names {
+    /// Every query the same name: many clients looking up one service at once, which a forwarder
+    /// may answer with one upstream query.
+    Same,
+    /// Every query a name of its own under the given one (`q<socket>-<n>.<name>`): nothing can be
+    /// shared, every query costs a full forward.
+    Distinct,
+}
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -12,6 +23,7 @@ use tokio::net::UdpSocket;
 pub async fn run(
     server: SocketAddr,
     name: &str,
+    names: Names,
     in_flight: usize,
     duration: Duration,
 ) -> (f64, u64) {
@@ -27,9 +39,16 @@ pub async fn run(
             let mut lost = 0u64;
             let mut id = (worker as u16).wrapping_mul(977);
             let mut buf = vec![0u8; 1500];
+            let mut asked = 0u64;
             while Instant::now() < deadline {
                 id = id.wrapping_add(1);
-                let query = build_query(id, &name, TYPE_A);
+                asked += 1;
+                let query = match names {
+                    Names::Same => build_query(id, &name, TYPE_A),
+                    Names::Distinct => {
+                        build_query(id, &format!("q{worker}-{asked}.{name}"), TYPE_A)
+                    }
+                };
                 if socket.send(&query).await.is_err() {
                     lost += 1;
                     continue;

@@ -25,6 +25,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 
+use crate::dnsload::Names;
 use crate::load::{Measured, Scenario};
 
 #[derive(Debug, Parser)]
@@ -285,14 +286,28 @@ async fn dns_bench(duration: Duration) -> Result<()> {
         "{:<44} {:>12} {:>12} {:>8} {:>14}",
         "scenario", "ours q/s", "dnsmasq q/s", "ratio", "lost ours/dm"
     );
-    for (label, name) in [
-        ("outside name, answered by the responder", "api.example.com"),
-        ("internal name, forwarded upstream", "web.bench.internal"),
+    for (label, name, names) in [
+        (
+            "outside name, answered by the responder",
+            "api.example.com",
+            Names::Same,
+        ),
+        (
+            "internal name, forwarded upstream",
+            "web.bench.internal",
+            Names::Same,
+        ),
+        (
+            "internal names, each distinct, forwarded",
+            "bench.internal",
+            Names::Distinct,
+        ),
     ] {
-        dnsload::run(ours_addr, name, 8, Duration::from_millis(300)).await;
-        dnsload::run(dnsmasq_addr, name, 8, Duration::from_millis(300)).await;
-        let (o, ol) = dnsload::run(ours_addr, name, 64, duration).await;
-        let (m, ml) = dnsload::run(dnsmasq_addr, name, 64, duration).await;
+        let warm_up = Duration::from_millis(300);
+        dnsload::run(ours_addr, name, names, 8, warm_up).await;
+        dnsload::run(dnsmasq_addr, name, names, 8, warm_up).await;
+        let (o, ol) = dnsload::run(ours_addr, name, names, 64, duration).await;
+        let (m, ml) = dnsload::run(dnsmasq_addr, name, names, 64, duration).await;
         println!(
             "{label:<44} {o:>12.0} {m:>12.0} {:>8.2} {:>14}",
             o / m.max(f64::MIN_POSITIVE),

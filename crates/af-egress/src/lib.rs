@@ -25,6 +25,7 @@ pub mod control_client;
 pub mod decision_log;
 mod dial;
 mod dns;
+mod dns_forward;
 pub mod dns_wire;
 mod http_proxy;
 pub mod inbox;

@@ -20,6 +20,7 @@ struct Counters {
     dns_forwarded: AtomicU64,
     dns_refused: AtomicU64,
     dns_malformed: AtomicU64,
+    dns_joined: AtomicU64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -66,6 +67,11 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A forwarded query answered by an identical one already in flight, not sent again.
+    pub fn dns_joined(&self) {
+        self.0.dns_joined.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition of every counter.
     pub fn render(&self, log: &DecisionLog, inbox: &Inbox) -> String {
         let c = &self.0;
@@ -92,6 +98,7 @@ impl Metrics {
              # HELP af_egress_dns_queries_total DNS queries, by what the responder did.\n# TYPE af_egress_dns_queries_total counter\n\
              af_egress_dns_queries_total{{outcome=\"answered\"}} {}\naf_egress_dns_queries_total{{outcome=\"forwarded\"}} {}\n\
              af_egress_dns_queries_total{{outcome=\"refused\"}} {}\naf_egress_dns_queries_total{{outcome=\"malformed\"}} {}\n\
+             # HELP af_egress_dns_forwards_joined_total Forwarded queries that joined an identical query already in flight instead of being sent again.\n# TYPE af_egress_dns_forwards_joined_total counter\naf_egress_dns_forwards_joined_total {}\n\
              # HELP af_egress_inbox_entries Captured items held.\n# TYPE af_egress_inbox_entries gauge\naf_egress_inbox_entries {}\n",
             get(&c.connections_open),
             get(&c.connections_total),
@@ -101,6 +108,7 @@ impl Metrics {
             get(&c.dns_forwarded),
             get(&c.dns_refused),
             get(&c.dns_malformed),
+            get(&c.dns_joined),
             inbox.len(),
         );
         out

@@ -27,6 +27,9 @@ fn to_std(address: &SockaddrStorage) -> Option<SocketAddr> {
         .map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
 }
 
+/// A datagram and where it goes (`None` on a connected socket).
+pub type Datagram = (Vec<u8>, Option<SocketAddr>);
+
 /// Buffers for one batch of received datagrams, reused from batch to batch.
 #[derive(Debug)]
 pub struct Inbound {
@@ -96,13 +99,10 @@ impl Inbound {
     }
 }
 
-/// Sends every datagram (`to`: `None` on a connected socket), in as few system calls as the
+/// Sends every datagram, in as few system calls as the
 /// kernel allows. A datagram the kernel refuses is dropped, as UDP would; the positions of the
 /// dropped ones are returned, so a forwarder can answer for them.
-pub async fn send_all(
-    socket: &UdpSocket,
-    datagrams: &[(Vec<u8>, Option<SocketAddr>)],
-) -> Vec<usize> {
+pub async fn send_all(socket: &UdpSocket, datagrams: &[Datagram]) -> Vec<usize> {
     let fd = socket.as_raw_fd();
     let mut sent = 0;
     let mut dropped = Vec::new();
@@ -157,7 +157,7 @@ mod tests {
         let a = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let b = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let to = Some(b.local_addr().unwrap());
-        let datagrams: Vec<(Vec<u8>, Option<SocketAddr>)> = (0..40u8)
+        let datagrams: Vec<Datagram> = (0..40u8)
             .map(|i| (vec![i; usize::from(i) + 1], to))
             .collect();
         send_all(&a, &datagrams).await;

@@ -253,6 +253,76 @@ fn metrics_count_what_happened() {
     });
 }
 
+/// Identical queries for an internal name, in flight together, reach the platform's resolver once,
+/// and its one answer goes to every client with the client's own id. A query that differs is
+/// forwarded on its own.
+#[test]
+fn identical_forwarded_queries_share_one_upstream_query() {
+    in_private_network(|| async {
+        // The platform's resolver holds its answers until every client has asked.
+        let resolver = tokio::net::UdpSocket::bind(addr(PLATFORM_DNS, 53))
+            .await
+            .unwrap();
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let mut clients = Vec::new();
+        for id in 1..=5u16 {
+            let client = tokio::net::UdpSocket::bind("0.0.0.0:0").await.unwrap();
+            let query = af_egress::dns_wire::build_query(id, "web", 1);
+            client.send_to(&query, addr(SIDECAR, 53)).await.unwrap();
+            clients.push((id, client));
+        }
+        let other = tokio::net::UdpSocket::bind("0.0.0.0:0").await.unwrap();
+        let aaaa = af_egress::dns_wire::build_query(9, "web", 28);
+        other.send_to(&aaaa, addr(SIDECAR, 53)).await.unwrap();
+        // Wait until the sidecar has taken all six (four of them joined the first).
+        for _ in 0..100 {
+            let (_, text) = control_get("/metrics", Some(TOKEN)).await;
+            if text.contains("af_egress_dns_forwards_joined_total 4\n")
+                && text.contains("af_egress_dns_queries_total{outcome=\"forwarded\"} 6\n")
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut buf = vec![0u8; 4096];
+        let mut asked = Vec::new();
+        for _ in 0..2 {
+            let (n, from) = resolver.recv_from(&mut buf).await.unwrap();
+            asked.push((buf[..n].to_vec(), from));
+        }
+        let mut again = [0u8; 512];
+        assert!(
+            resolver.try_recv_from(&mut again).is_err(),
+            "the resolver was asked twice, not six times"
+        );
+        let mut qtypes: Vec<u8> = asked.iter().map(|(q, _)| q[q.len() - 3]).collect();
+        qtypes.sort();
+        assert_eq!(qtypes, vec![1, 28], "one A query and one AAAA query");
+        for (query, from) in asked {
+            let mut reply = query;
+            reply[2] |= 0x80;
+            reply[7] = 1;
+            reply.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 10, 99, 0, 7]);
+            resolver.send_to(&reply, from).await.unwrap();
+        }
+        for (id, client) in clients.iter().chain([(9, other)].iter()) {
+            let (n, _) = tokio::time::timeout(Duration::from_secs(5), client.recv_from(&mut buf))
+                .await
+                .expect("every client is answered")
+                .unwrap();
+            assert_eq!(
+                buf[..2],
+                id.to_be_bytes(),
+                "each client gets its own id back"
+            );
+            assert_eq!(
+                af_egress::dns_wire::read_response_addresses(&buf[..n]),
+                Some((0, vec![SERVICE.parse().unwrap()]))
+            );
+        }
+    });
+}
+
 /// A client that ignores proxy settings and opens TLS to the sidecar on 443 is decided by its
 /// ClientHello's server name: the allowed one is spliced through, the others are closed.
 #[test]
