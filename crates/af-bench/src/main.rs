@@ -232,11 +232,13 @@ async fn proxy_bench(duration: Duration, only: Option<&str>) -> Result<()> {
             added(&with_ours, &direct, 0.99),
             added(&with_squid, &direct, 0.99),
         );
+        // Under 50 µs added counts as met whatever squid's figure: two figures near zero are not
+        // judged by their ratio (docs/performance.md).
         let p99_ok = p99_ours <= 0.5 * p99_squid || p99_ours < 0.05;
         met_rps += usize::from(rps_ok);
         met_p99 += usize::from(p99_ok);
         println!(
-            "{:<32} {:>10.0} {:>10.0} {:>10.0} {:>8.2} {:>8.2} {:>7} | {:>8.3} {:>8.3} {:>6.2} | {:>6}",
+            "{:<32} {:>10.0} {:>10.0} {:>10.0} {:>8.2} {:>8.2} {:>7} | {:>8.3} {:>8.3} {:>6} | {:>6}",
             scenario.label(),
             d,
             o,
@@ -246,7 +248,12 @@ async fn proxy_bench(duration: Duration, only: Option<&str>) -> Result<()> {
             if rps_ok { "yes" } else { "NO" },
             p99_ours,
             p99_squid,
-            p99_ours / p99_squid.max(1e-9),
+            // squid's p99 can come out no slower than direct's: then there is no ratio.
+            if p99_squid > 0.0 {
+                format!("{:.2}", p99_ours / p99_squid)
+            } else {
+                "n/a".to_string()
+            },
             direct.errors + with_ours.errors + with_squid.errors,
         );
         println!(
