@@ -103,6 +103,19 @@ pub async fn connect(
     let addr = SocketAddr::new(ip, port);
     pending.set_resolved(addr);
     let rule = logged_rule(rule, via);
+    // Dialled before the 200, as squid does, so a client whose allowed destination cannot be
+    // reached is told so (502) instead of getting a tunnel that closes at once. The connection
+    // carries nothing of the client's until its ClientHello has been checked.
+    let upstream = match dial(addr, shared.limits.connect_timeout()).await {
+        Ok(stream) => stream,
+        Err(err) => {
+            pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
+            return plain(
+                StatusCode::BAD_GATEWAY,
+                &format!("the sidecar could not reach {addr}: {err}\n"),
+            );
+        }
+    };
     let upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         match upgrade.await {
@@ -110,7 +123,7 @@ pub async fn connect(
                 splice_tls(
                     TokioIo::new(upgraded),
                     &target,
-                    addr,
+                    upstream,
                     pending,
                     &rule,
                     &shared,
@@ -154,12 +167,12 @@ where
     tls_capture::answer(client, hello, captured, shared.clone()).await;
 }
 
-/// Reads the ClientHello, checks its server name against `target`, dials `addr`, replays the
-/// hello and relays both ways until either side closes. Records the decision at the end.
+/// Reads the ClientHello, checks its server name against `target`, replays the hello to
+/// `upstream` and relays both ways until either side closes. Records the decision at the end.
 async fn splice_tls<C>(
     mut client: C,
     target: &Target,
-    addr: SocketAddr,
+    upstream: TcpStream,
     pending: Pending,
     rule: &str,
     shared: &Shared,
@@ -176,7 +189,7 @@ async fn splice_tls<C>(
     if let Err(reason) = check_server_name(target, server_name.as_deref(), shared) {
         return pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
     }
-    relay_to(client, hello, addr, pending, rule, shared).await;
+    relay_to(client, hello, upstream, pending, rule, shared).await;
 }
 
 /// Domain fronting: a tunnel to an allowed name must carry that name in its ClientHello. A tunnel
@@ -202,12 +215,12 @@ fn check_server_name(
     }
 }
 
-/// Dials `addr`, writes the bytes already read from the client, then relays both ways: in the
+/// Writes the bytes already read from the client to `upstream`, then relays both ways: in the
 /// kernel when the client is a plain socket underneath ([`crate::splice`]), by copying otherwise.
 async fn relay_to<C>(
     client: C,
     already_read: Vec<u8>,
-    addr: SocketAddr,
+    mut upstream: TcpStream,
     pending: Pending,
     rule: &str,
     shared: &Shared,
@@ -217,13 +230,6 @@ async fn relay_to<C>(
     let (client, rest) = match client.into_socket() {
         Ok((socket, rest)) => (Ok(socket), rest),
         Err(client) => (Err(client), bytes::Bytes::new()),
-    };
-    let mut upstream = match dial(addr, shared.limits.connect_timeout()).await {
-        Ok(stream) => stream,
-        Err(err) => {
-            tracing::debug!(%addr, error = %err, "upstream unreachable");
-            return pending.finish(&shared.log, Verdict::Allow, rule, 0, 0);
-        }
     };
     for first in [&already_read[..], &rest[..]] {
         if upstream.write_all(first).await.is_err() {
@@ -346,15 +352,18 @@ async fn transparent_tls(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sh
             Ok((ip, via)) => {
                 let addr = SocketAddr::new(ip, HTTPS_PORT);
                 pending.set_resolved(addr);
-                relay_to(
-                    stream,
-                    hello,
-                    addr,
-                    pending,
-                    &logged_rule(rule, via),
-                    &shared,
-                )
-                .await;
+                let rule = logged_rule(rule, via);
+                match dial(addr, shared.limits.connect_timeout()).await {
+                    Ok(upstream) => {
+                        relay_to(stream, hello, upstream, pending, &rule, &shared).await;
+                    }
+                    // The client's TLS handshake ends with the connection: nothing else can
+                    // be said to a client that believes it talks to the server.
+                    Err(err) => {
+                        tracing::debug!(%addr, error = %err, "upstream unreachable");
+                        pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
+                    }
+                }
             }
         },
     }

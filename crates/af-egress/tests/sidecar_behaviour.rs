@@ -797,6 +797,48 @@ fn captured_https_without_a_capture_ca_is_refused_and_recorded() {
     });
 }
 
+/// A CONNECT to an allowed destination that cannot be reached is answered 502, saying so, instead
+/// of a tunnel that closes at once; it is logged as allowed with nothing moved. Positive control:
+/// the same address on a port that listens gets its tunnel.
+#[test]
+fn connect_to_an_unreachable_allowed_destination_is_a_502() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(POLICY, "").await;
+        tcp_origin(addr(ORIGIN, 4444)).await;
+        let mut open = connect_tunnel(&format!("{ORIGIN}:4444")).await;
+        open.write_all(&client_hello(ORIGIN)).await.unwrap();
+        let mut ack = [0u8; 64];
+        let n = tokio::io::AsyncReadExt::read(&mut open, &mut ack)
+            .await
+            .unwrap();
+        assert!(ack[..n].starts_with(b"ack:"), "positive control");
+
+        let mut stream = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        let authority = format!("{ORIGIN}:4443");
+        stream
+            .write_all(
+                format!("CONNECT {authority} HTTP/1.1\r\nhost: {authority}\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+        let answer = read_response(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        assert!(
+            answer.contains(&format!("could not reach {authority}")),
+            "{answer}"
+        );
+        let logged = decisions_once("", |r| r["port"] == 4443).await;
+        let record = logged.iter().find(|r| r["port"] == 4443).unwrap();
+        assert_eq!(record["verdict"], "allow", "{record}");
+        assert_eq!(record["protocol"], "connect", "{record}");
+        assert_eq!(
+            (record["bytes_up"].as_u64(), record["bytes_down"].as_u64()),
+            (Some(0), Some(0)),
+            "{record}"
+        );
+    });
+}
+
 /// A CONNECT tunnel through the sidecar, its 200 read.
 async fn connect_tunnel(authority: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
