@@ -20,7 +20,9 @@ use kube::Api;
 use kube::api::{ListParams, LogParams, Patch, PatchParams};
 
 use crate::apply::Patience;
-use crate::apply::{FIELD_MANAGER, fit, job, namespace, objects, probe, published, readiness};
+use crate::apply::{
+    FIELD_MANAGER, fit, job, namespace, objects, probe, prune, published, readiness,
+};
 use crate::images::{Loader, load_command, loader_for, on_every_node};
 use crate::render::names::{ROLE_LABEL, SERVICE_LABEL, SIDECAR, namespace as namespace_name};
 use crate::render::{CaptureInput, Cluster, Object, RenderInput, Rendered, render, with_bundle};
@@ -508,7 +510,23 @@ impl Runtime for KubeRuntime {
             progress,
             Step::Policies,
             "default deny, and the sidecar as the only way out",
-            self.apply_all(sized.policies.iter().cloned().map(Object::NetworkPolicy)),
+            async {
+                let wrote = self
+                    .apply_all(sized.policies.iter().cloned().map(Object::NetworkPolicy))
+                    .await?;
+                // A policy an earlier manifest needed (the ingress controller's, say) would let
+                // more in than this one allows: it goes before the probe judges the namespace.
+                let policies = sized.policies.iter().cloned().map(Object::NetworkPolicy);
+                let removed = prune::remove_stale(
+                    client.clone(),
+                    &name,
+                    &environment.id,
+                    &[prune::Kind::NetworkPolicy],
+                    &prune::desired(&policies.collect::<Vec<_>>()),
+                )
+                .await?;
+                Ok::<_, RuntimeError>(wrote | removed)
+            },
         )
         .await?;
         // The sidecar's Service first: its ClusterIP is every pod's resolver and proxy.
@@ -630,6 +648,16 @@ impl Runtime for KubeRuntime {
             Step::Readiness,
             "every replica of every service",
             readiness::wait(client.clone(), &name, &names, readiness::PATIENCE),
+        )
+        .await?;
+        // What an earlier manifest had and this one does not: removed once the services it has
+        // are up, as the local runtime does.
+        changed |= prune::remove_stale(
+            client.clone(),
+            &name,
+            &environment.id,
+            &prune::AFTER_SERVICES,
+            &prune::desired(&rendered.in_apply_order()),
         )
         .await?;
         if let Some(domain) = environment.manifest.runtime.domain.as_deref() {

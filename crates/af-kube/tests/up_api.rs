@@ -88,7 +88,27 @@ fn not_found() -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
 }
 
-fn answer(fake: &mut Fake, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+/// Whether `object` carries every `key=value` of a list's `labelSelector` (as kube encodes it in
+/// the query).
+fn selected(object: &Value, query: &str) -> bool {
+    let Some(selector) = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("labelSelector="))
+    else {
+        return true;
+    };
+    let selector = selector
+        .replace("%3D", "=")
+        .replace("%2C", ",")
+        .replace("%2F", "/");
+    let labels = &object["metadata"]["labels"];
+    selector.split(',').all(|term| match term.split_once('=') {
+        Some((key, value)) => labels[key] == value,
+        None => !labels[term].is_null(),
+    })
+}
+
+fn answer(fake: &mut Fake, method: &str, path: &str, query: &str, body: &[u8]) -> (u16, Value) {
     let (collection, name, sub) = parts(path);
     let key = |name: &str| format!("{collection}/{name}");
     match (method, name.as_deref(), sub.as_deref()) {
@@ -108,7 +128,7 @@ fn answer(fake: &mut Fake, method: &str, path: &str, body: &[u8]) -> (u16, Value
             let items = fake
                 .objects
                 .iter()
-                .filter(|(key, _)| key.starts_with(&prefix))
+                .filter(|(key, object)| key.starts_with(&prefix) && selected(object, query))
                 .map(|(_, object)| with_status(&collection, object.clone(), fake))
                 .collect();
             (200, list(items))
@@ -162,8 +182,9 @@ fn serve(fake: Shared) -> kube::Client {
         while let Some((request, respond)) = handle.next_request().await {
             let method = request.method().to_string();
             let path = request.uri().path().to_string();
+            let query = request.uri().query().unwrap_or_default().to_string();
             let body = request.into_body().collect_bytes().await.unwrap();
-            let (status, value) = answer(&mut fake.lock().unwrap(), &method, &path, &body);
+            let (status, value) = answer(&mut fake.lock().unwrap(), &method, &path, &query, &body);
             let bytes = match value {
                 Value::String(text) => text.into_bytes(),
                 other => serde_json::to_vec(&other).unwrap(),
@@ -293,6 +314,63 @@ async fn up_writes_in_the_seeds_order_and_a_second_up_writes_nothing_but_the_pro
 
     runtime.down(&environment().id, &Quiet).await.unwrap();
     assert_eq!(writes(&fake), ["DELETE namespaces af-shop-main"]);
+}
+
+/// An `up` after the manifest lost a service, its captures and its domain removes what only the
+/// old manifest had — the ingress controller's policy before the probe judges the namespace, the
+/// rest once the services are up — and nothing else: not the sidecar's objects, not an object in
+/// the namespace without the environment's labels.
+#[tokio::test]
+async fn an_up_removes_what_the_manifest_no_longer_has() {
+    let fake = Shared::default();
+    let runtime = runtime(&fake);
+    runtime.up(&environment(), &Quiet).await.unwrap();
+    writes(&fake);
+    let ns = "af-shop-main";
+    fake.lock().unwrap().objects.insert(
+        format!("{ns}/configmaps/someone-elses"),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "someone-elses", "namespace": ns}}),
+    );
+
+    let mut smaller = environment();
+    smaller.manifest.services.remove("report");
+    smaller.manifest.egress.capture.clear();
+    smaller.manifest.runtime.domain = None;
+    let report = runtime.up(&smaller, &Quiet).await.unwrap();
+    assert!(!report.unchanged);
+    let written = writes(&fake);
+    let deleted: Vec<&str> = written
+        .iter()
+        .filter(|w| w.starts_with("DELETE"))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            format!("DELETE {ns}/networkpolicies af-ingress-controller"),
+            format!("DELETE {ns}/pods af-probe"),
+            format!("DELETE {ns}/configmaps af-capture-trust"),
+            format!("DELETE {ns}/deployments report"),
+            format!("DELETE {ns}/ingresses web"),
+        ],
+        "{written:#?}"
+    );
+    let at = |line: String| written.iter().position(|w| *w == line).unwrap();
+    assert!(
+        at(format!("DELETE {ns}/networkpolicies af-ingress-controller"))
+            < at(format!("POST {ns}/pods af-probe")),
+        "the stale policy goes before the probe: {written:#?}"
+    );
+    assert!(
+        fake.lock()
+            .unwrap()
+            .objects
+            .contains_key(&format!("{ns}/configmaps/someone-elses")),
+        "an object without the environment's labels stays"
+    );
+
+    let again = runtime.up(&smaller, &Quiet).await.unwrap();
+    assert!(again.unchanged, "{:#?}", writes(&fake));
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! (created labelled as ours, a foreign one refused with AF-RUN-045, one still terminating waited
 //! out, deleted and waited for until gone); the containment probe Pod (run, verdict read and
 //! judged as on every runtime, an unpullable image said at once); migration Jobs (applied, waited
-//! for, a failure carrying the migration's last lines).
+//! for, a failure carrying the migration's last lines); removing what the manifest no longer has.
 
 pub mod cluster;
 pub mod fit;
@@ -11,6 +11,7 @@ pub mod job;
 pub mod namespace;
 pub mod objects;
 pub mod probe;
+pub mod prune;
 pub mod published;
 pub mod readiness;
 
