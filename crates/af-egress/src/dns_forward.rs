@@ -143,6 +143,14 @@ impl ForwardTable {
         }
         self.serial += 1;
         self.expiry.push_back((now + self.timeout, id, self.serial));
+        if self.expiry.len() > 2 * MAX_IN_FLIGHT {
+            // Answered entries leave their records until the front expires; under a steady load
+            // that is the query rate times the timeout. Dropping them now and then keeps the queue
+            // within a bound, at a cost spread over thousands of queries.
+            let in_flight = &self.in_flight;
+            self.expiry
+                .retain(|(_, id, serial)| in_flight.get(id).is_some_and(|e| e.serial == *serial));
+        }
         self.in_flight.insert(
             id,
             InFlight {
@@ -390,6 +398,25 @@ mod tests {
         assert_eq!(table.in_flight(), MAX_IN_FLIGHT);
         assert!(dropped >= 10);
         assert!(table.joinable.len() <= MAX_IN_FLIGHT);
+    }
+
+    /// Answered queries do not pile up in the expiry queue, whatever the rate.
+    #[test]
+    fn the_expiry_queue_is_bounded_under_a_steady_load() {
+        let mut table = ForwardTable::new(TIMEOUT, 29);
+        let now = Instant::now();
+        let mut replies = Vec::new();
+        for n in 0..10 * MAX_IN_FLIGHT {
+            let forward = table.forward(&build_query(1, &format!("n{n}"), TYPE_A), client(1), now);
+            table.answer(&answer_to(sent_id(&forward)), &mut replies);
+        }
+        assert_eq!(replies.len(), 10 * MAX_IN_FLIGHT);
+        assert_eq!(table.in_flight(), 0);
+        assert!(
+            table.expiry.len() <= 2 * MAX_IN_FLIGHT + 1,
+            "{}",
+            table.expiry.len()
+        );
     }
 
     #[test]
