@@ -1,6 +1,12 @@
 //! The DNS load generator: a fixed number of queries in flight over UDP, each socket waiting for
 //! its answer before asking again.
 
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use af_egress::dns_wire::{TYPE_A, build_query, read_response_addresses};
+use tokio::net::UdpSocket;
+
 /// Which names the queries ask for.
 #[derive(Clone, Copy)]
 pub enum Names {
@@ -11,12 +17,6 @@ pub enum Names {
     /// shared, every query costs a full forward.
     Distinct,
 }
-
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
-
-use af_egress::dns_wire::{TYPE_A, build_query, read_response_addresses};
-use tokio::net::UdpSocket;
 
 /// Queries answered per second, and how many went unanswered (a query unanswered for 200 ms is
 /// counted lost and the socket asks again).

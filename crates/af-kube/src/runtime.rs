@@ -511,18 +511,21 @@ impl Runtime for KubeRuntime {
             Step::Policies,
             "default deny, and the sidecar as the only way out",
             async {
-                let wrote = self
-                    .apply_all(sized.policies.iter().cloned().map(Object::NetworkPolicy))
-                    .await?;
+                let policies: Vec<Object> = sized
+                    .policies
+                    .iter()
+                    .cloned()
+                    .map(Object::NetworkPolicy)
+                    .collect();
+                let wrote = self.apply_all(policies.clone()).await?;
                 // A policy an earlier manifest needed (the ingress controller's, say) would let
                 // more in than this one allows: it goes before the probe judges the namespace.
-                let policies = sized.policies.iter().cloned().map(Object::NetworkPolicy);
                 let removed = prune::remove_stale(
                     client.clone(),
                     &name,
                     &environment.id,
                     &[prune::Kind::NetworkPolicy],
-                    &prune::desired(&policies.collect::<Vec<_>>()),
+                    &prune::desired(&policies),
                 )
                 .await?;
                 Ok::<_, RuntimeError>(wrote | removed)
