@@ -99,9 +99,9 @@ impl Inbound {
     }
 }
 
-/// Sends every datagram, in as few system calls as the
-/// kernel allows. A datagram the kernel refuses is dropped, as UDP would; the positions of the
-/// dropped ones are returned, so a forwarder can answer for them.
+/// Sends every datagram, in as few system calls as the kernel allows. A datagram the kernel
+/// refuses is dropped, as UDP would; the positions of the dropped ones are returned, so a
+/// forwarder can answer for them.
 pub async fn send_all(socket: &UdpSocket, datagrams: &[Datagram]) -> Vec<usize> {
     let fd = socket.as_raw_fd();
     let mut sent = 0;

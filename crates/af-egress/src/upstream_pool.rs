@@ -59,15 +59,16 @@ impl UpstreamPool {
     }
 
     /// Keeps `sender`, a connection whose client connection has ended and whose last exchange
-    /// is over, for the next request to `addr`. Every address's closed and stale connections are dropped on the way, so what the
-    /// pool holds stays bounded by what is in use.
+    /// is over, for the next request to `addr`. That address's closed and stale connections are
+    /// dropped on the way; other addresses' are left to [`sweep_forever`], so giving one back
+    /// costs the same however many addresses the pool holds.
     pub fn give_back(&self, addr: SocketAddr, sender: SendRequest<ProxyBody>) {
         if sender.is_closed() {
             return;
         }
         let mut idle = self.lock();
-        prune(&mut idle);
         let kept = idle.entry(addr).or_default();
+        kept.retain(Idle::usable);
         if kept.len() >= IDLE_PER_ADDRESS {
             kept.remove(0);
         }

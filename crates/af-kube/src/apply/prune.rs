@@ -84,13 +84,13 @@ pub async fn remove_stale(
         .map(|(key, value)| format!("{key}={value}"))
         .collect::<Vec<_>>()
         .join(",");
+    let api = Kinded {
+        client,
+        namespace,
+        selector: &selector,
+    };
     let mut removed = false;
     for &kind in kinds {
-        let api = Kinded {
-            client: client.clone(),
-            namespace,
-            selector: &selector,
-        };
         removed |= match kind {
             Kind::NetworkPolicy => api.prune::<NetworkPolicy>(kind, desired).await?,
             Kind::Service => api.prune::<Service>(kind, desired).await?,
