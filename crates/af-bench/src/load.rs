@@ -52,6 +52,15 @@ impl Measured {
         self.requests as f64 / self.seconds
     }
 
+    /// Adds `other`'s measurement to this one, as if both had been one longer run.
+    pub fn merge(&mut self, other: Measured) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        self.seconds += other.seconds;
+        self.latencies.extend(other.latencies);
+        self.latencies.sort_unstable();
+    }
+
     pub fn percentile(&self, p: f64) -> Duration {
         if self.latencies.is_empty() {
             return Duration::ZERO;

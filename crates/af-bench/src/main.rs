@@ -48,6 +48,11 @@ enum Command {
         /// Run only the scenarios whose label contains this text (e.g. "CONNECT 100B").
         #[arg(long)]
         only: Option<String>,
+        /// Rounds per scenario: each round measures direct, ours and squid once (in an order that
+        /// turns from round to round), and the figures pool every round's requests and
+        /// latencies. More than one also prints the spread of the rounds' ours/squid ratios.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        rounds: u32,
     },
     /// The sidecar's DNS responder against dnsmasq.
     Dns {
@@ -94,11 +99,16 @@ fn main() -> Result<()> {
         .build()?;
     match cli.command {
         Command::Origin => runtime.block_on(origin::serve()),
-        Command::Proxy { seconds, only } => {
+        Command::Proxy {
+            seconds,
+            only,
+            rounds,
+        } => {
             let _world = world::World::create()?;
             runtime.block_on(proxy_bench(
                 Duration::from_secs_f64(seconds),
                 only.as_deref(),
+                rounds,
             ))
         }
         Command::Tickets {
@@ -163,7 +173,7 @@ fn added(proxied: &Measured, direct: &Measured, p: f64) -> f64 {
     (ms(proxied.percentile(p)) - ms(direct.percentile(p))).max(0.0)
 }
 
-async fn proxy_bench(duration: Duration, only: Option<&str>) -> Result<()> {
+async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Result<()> {
     let ours_port = proxies::free_port()?;
     let squid_port = proxies::free_port()?;
     let ours = proxies::start_ours(ours_port, None)?;
@@ -199,7 +209,7 @@ async fn proxy_bench(duration: Duration, only: Option<&str>) -> Result<()> {
     }
 
     println!(
-        "af-bench proxy: {} s per measurement, origin at 203.0.113.10 behind a veth, 2 cores shared by client, proxy and origin",
+        "af-bench proxy: {} s per measurement, {rounds} round(s) per scenario, origin at 203.0.113.10 behind a veth, 2 cores shared by client, proxy and origin",
         duration.as_secs_f64()
     );
     println!(
@@ -218,9 +228,13 @@ async fn proxy_bench(duration: Duration, only: Option<&str>) -> Result<()> {
     );
     let (mut met_rps, mut met_p99) = (0, 0);
     for scenario in &scenarios {
-        let direct = load::run(None, *scenario, duration).await;
-        let with_ours = load::run(Some(ours_addr), *scenario, duration).await;
-        let with_squid = load::run(Some(squid_addr), *scenario, duration).await;
+        let (direct, with_ours, with_squid, round_ratios) = measure_rounds(
+            *scenario,
+            [None, Some(ours_addr), Some(squid_addr)],
+            duration,
+            rounds,
+        )
+        .await;
         let (d, o, s) = (
             direct.per_second(),
             with_ours.per_second(),
@@ -257,11 +271,12 @@ async fn proxy_bench(duration: Duration, only: Option<&str>) -> Result<()> {
             direct.errors + with_ours.errors + with_squid.errors,
         );
         println!(
-            "{:<32} p50 added: ours {:.3} ms, squid {:.3} ms{}",
+            "{:<32} p50 added: ours {:.3} ms, squid {:.3} ms{}{}",
             "",
             added(&with_ours, &direct, 0.5),
             added(&with_squid, &direct, 0.5),
-            if p99_ok { "" } else { "  (p99 target missed)" }
+            if p99_ok { "" } else { "  (p99 target missed)" },
+            spread(&round_ratios),
         );
     }
     let (ours_rss, squid_rss) = (ours.peak_rss()?, squid.peak_rss()?);
@@ -276,6 +291,47 @@ async fn proxy_bench(duration: Duration, only: Option<&str>) -> Result<()> {
         n = scenarios.len()
     );
     Ok(())
+}
+
+/// Measures `scenario` through each of `routes` (direct, ours, squid) for `rounds` rounds, the
+/// order turning each round so that no route always runs first or last (a machine that slows
+/// down during the run shows in every column, not one); returns each route's pooled measurement
+/// and every round's ours/squid ratio.
+async fn measure_rounds(
+    scenario: Scenario,
+    routes: [Option<SocketAddr>; 3],
+    duration: Duration,
+    rounds: u32,
+) -> (Measured, Measured, Measured, Vec<f64>) {
+    let mut pooled: [Measured; 3] = Default::default();
+    let mut ratios = Vec::new();
+    for round in 0..rounds as usize {
+        let mut this_round: [Measured; 3] = Default::default();
+        for step in 0..routes.len() {
+            let route = (round + step) % routes.len();
+            this_round[route] = load::run(routes[route], scenario, duration).await;
+        }
+        ratios.push(this_round[1].per_second() / this_round[2].per_second().max(f64::MIN_POSITIVE));
+        for (total, measured) in pooled.iter_mut().zip(this_round) {
+            total.merge(measured);
+        }
+    }
+    let [direct, ours, squid] = pooled;
+    (direct, ours, squid, ratios)
+}
+
+/// The spread of the rounds' ours/squid ratios, when there was more than one round.
+fn spread(ratios: &[f64]) -> String {
+    let (Some(low), Some(high)) = (
+        ratios.iter().copied().reduce(f64::min),
+        ratios.iter().copied().reduce(f64::max),
+    ) else {
+        return String::new();
+    };
+    if ratios.len() < 2 {
+        return String::new();
+    }
+    format!("; ours/squid by round {low:.2}-{high:.2}")
 }
 
 async fn dns_bench(duration: Duration) -> Result<()> {
