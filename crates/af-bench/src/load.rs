@@ -218,3 +218,32 @@ async fn read_response(stream: &mut TcpStream, buf: &mut [u8]) -> Option<()> {
     }
     Some(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(requests: u64, seconds: f64, latencies_ms: &[u64]) -> Measured {
+        Measured {
+            requests,
+            errors: 0,
+            seconds,
+            latencies: latencies_ms
+                .iter()
+                .map(|ms| Duration::from_millis(*ms))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn merged_rounds_are_one_longer_run() {
+        let mut pooled = measured(100, 2.0, &[1, 5, 9]);
+        pooled.merge(measured(300, 2.0, &[2, 3, 4]));
+        assert_eq!(pooled.per_second(), 100.0);
+        assert_eq!(pooled.requests, 400);
+        // Percentiles read the pooled latencies in order, not one round's after the other's.
+        assert_eq!(pooled.percentile(0.0), Duration::from_millis(1));
+        assert_eq!(pooled.percentile(0.5), Duration::from_millis(4));
+        assert_eq!(pooled.percentile(1.0), Duration::from_millis(9));
+    }
+}

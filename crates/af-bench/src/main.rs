@@ -380,3 +380,15 @@ async fn dns_bench(duration: Duration) -> Result<()> {
     println!("target: ours >= dnsmasq (ratio >= 1.00)");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    #[test]
+    fn the_spread_is_printed_only_for_several_rounds() {
+        assert_eq!(spread(&[]), "");
+        assert_eq!(spread(&[1.5]), "");
+        assert_eq!(spread(&[1.9, 1.57, 2.2]), "; ours/squid by round 1.57-2.20");
+    }
+}
