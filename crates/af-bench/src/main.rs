@@ -322,15 +322,11 @@ async fn measure_rounds(
 
 /// The spread of the rounds' ours/squid ratios, when there was more than one round.
 fn spread(ratios: &[f64]) -> String {
-    let (Some(low), Some(high)) = (
-        ratios.iter().copied().reduce(f64::min),
-        ratios.iter().copied().reduce(f64::max),
-    ) else {
-        return String::new();
-    };
     if ratios.len() < 2 {
         return String::new();
     }
+    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     format!("; ours/squid by round {low:.2}-{high:.2}")
 }
 

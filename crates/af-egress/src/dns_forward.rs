@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::dns_wire::{RCODE_SERVFAIL, read_query};
+use crate::dns_wire::{RCODE_SERVFAIL, question_end, read_query};
 use crate::udp_batch::Datagram;
 
 /// Forwarded queries in flight at most; beyond that a query is dropped and its client retries
@@ -164,12 +164,22 @@ impl ForwardTable {
     }
 
     /// The resolver's `answer`, once for every client that asked, each with its own id. An answer
-    /// nobody waits for (late, or forged) goes to nobody.
+    /// nobody waits for (late, or forged) goes to nobody, and so does one whose question is not
+    /// the question asked under its id, as resolvers check: the id alone is 16 bits to guess,
+    /// and the real answer may still come.
     pub fn answer(&mut self, answer: &[u8], replies: &mut Vec<Datagram>) {
         if answer.len() < 12 {
             return;
         }
-        let Some(entry) = self.remove(u16::from_be_bytes([answer[0], answer[1]])) else {
+        let id = u16::from_be_bytes([answer[0], answer[1]]);
+        let Some(asked) = self.in_flight.get(&id) else {
+            return;
+        };
+        let question = 12..question_end(&asked.query).unwrap_or(12);
+        if answer.get(question.clone()) != asked.query.get(question) {
+            return;
+        }
+        let Some(entry) = self.remove(id) else {
             return;
         };
         for waiter in entry.waiters {
@@ -246,10 +256,15 @@ mod tests {
         }
     }
 
-    fn answer_to(id: u16) -> Vec<u8> {
-        let mut answer = build_query(id, "db", TYPE_A);
+    /// The resolver's answer under `id` to the question (`name`, `qtype`).
+    fn answer_with(id: u16, name: &str, qtype: u16) -> Vec<u8> {
+        let mut answer = build_query(id, name, qtype);
         answer[2] |= 0x80;
         answer
+    }
+
+    fn answer_to(id: u16) -> Vec<u8> {
+        answer_with(id, "db", TYPE_A)
     }
 
     #[test]
@@ -274,6 +289,26 @@ mod tests {
             1,
             "a second answer to the same id goes to nobody"
         );
+    }
+
+    #[test]
+    fn an_answer_to_another_question_under_the_id_goes_to_nobody_and_the_query_waits_on() {
+        let mut table = ForwardTable::new(TIMEOUT, 31);
+        let now = Instant::now();
+        let id = sent_id(&table.forward(&build_query(0x0101, "db", TYPE_A), client(1), now));
+        let mut replies = Vec::new();
+        for forged in [
+            answer_with(id, "evil", TYPE_A),
+            answer_with(id, "db", TYPE_AAAA),
+            answer_to(id)[..14].to_vec(),
+        ] {
+            table.answer(&forged, &mut replies);
+        }
+        assert!(replies.is_empty(), "{replies:?}");
+        assert_eq!(table.in_flight(), 1);
+        table.answer(&answer_to(id), &mut replies);
+        assert_eq!(replies.len(), 1, "the real answer still reaches the client");
+        assert_eq!(replies[0].0[..2], [0x01, 0x01]);
     }
 
     #[test]
@@ -407,8 +442,9 @@ mod tests {
         let now = Instant::now();
         let mut replies = Vec::new();
         for n in 0..10 * MAX_IN_FLIGHT {
-            let forward = table.forward(&build_query(1, &format!("n{n}"), TYPE_A), client(1), now);
-            table.answer(&answer_to(sent_id(&forward)), &mut replies);
+            let name = format!("n{n}");
+            let forward = table.forward(&build_query(1, &name, TYPE_A), client(1), now);
+            table.answer(&answer_with(sent_id(&forward), &name, TYPE_A), &mut replies);
         }
         assert_eq!(replies.len(), 10 * MAX_IN_FLIGHT);
         assert_eq!(table.in_flight(), 0);

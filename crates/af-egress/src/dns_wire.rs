@@ -41,6 +41,26 @@ fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]))
 }
 
+/// Where the question of a message ends (past its name, type and class), for a name written
+/// without compression, as in a query and as resolvers echo it; `None` when the bytes hold no such
+/// complete question.
+pub fn question_end(bytes: &[u8]) -> Option<usize> {
+    let mut at = 12;
+    loop {
+        let len = usize::from(*bytes.get(at)?);
+        at += 1;
+        if len == 0 {
+            break;
+        }
+        if len > 63 {
+            return None;
+        }
+        at += len;
+    }
+    let end = at + 4;
+    (end <= bytes.len()).then_some(end)
+}
+
 /// Reads a standard query with one question. Compression pointers are refused in the question
 /// (no stub resolver sends them there).
 pub fn read_query(bytes: &[u8]) -> Result<Question, Unreadable> {
@@ -326,9 +346,26 @@ mod tests {
         assert_eq!(&format_error(6)[..4], &[0, 6, 0x80, 1]);
     }
 
+    #[test]
+    fn the_question_ends_past_its_name_type_and_class() {
+        let query = build_query(7, "db.internal", TYPE_A);
+        // 1 + "db" + 1 + "internal" + the root's 0, then type and class.
+        assert_eq!(question_end(&query), Some(12 + 13 + 4));
+        assert_eq!(
+            read_query(&query).unwrap().question_bytes,
+            query[12..12 + 13 + 4]
+        );
+        assert_eq!(question_end(&query[..12 + 13 + 3]), None, "cut short");
+        let mut pointer = query.clone();
+        pointer[12] = 0xc0;
+        assert_eq!(question_end(&pointer), None, "compressed");
+        assert_eq!(question_end(&query[..12]), None, "no question at all");
+    }
+
     proptest::proptest! {
         #[test]
         fn never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = question_end(&bytes);
             if let Ok(q) = read_query(&bytes) {
                 let _ = q.address_response(Some(Ipv4Addr::LOCALHOST), Some(Ipv6Addr::LOCALHOST), 1);
                 let _ = q.empty_response(RCODE_REFUSED);
