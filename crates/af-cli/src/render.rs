@@ -66,7 +66,7 @@ pub fn run(args: &RenderArgs, manifest_path: &Path, json: bool) -> anyhow::Resul
         probe_targets: &targets,
         control_token: TOKEN_STAND_IN,
         cluster: &cluster,
-        capture: (!manifest.egress.capture.is_empty()).then(|| CaptureInput {
+        capture: manifest.egress.needs_capture_ca().then(|| CaptureInput {
             ca: &ca_stand_in,
             with_system_store: af_runtime::capture_trust::system_bundle().is_some(),
         }),

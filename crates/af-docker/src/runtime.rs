@@ -286,9 +286,8 @@ impl Runtime for LocalRuntime {
         )
         .await?;
         let manifest = &environment.manifest;
-        // The capture CA only where something is captured: no service is told to trust a CA that
-        // signs nothing.
-        let captures = !manifest.egress.capture.is_empty();
+        // The capture CA only where something is captured (`needs_capture_ca`).
+        let captures = manifest.egress.needs_capture_ca();
         let (internal, egress, capture_ca) = af_runtime::run_step(
             progress,
             Step::Networks,

@@ -1,12 +1,18 @@
 //! The SMTP sink: outbound mail is accepted and put in the inbox, never delivered. With mail
 //! capture off, every session is refused at the greeting and recorded as denied.
+//!
+//! With the environment's capture CA (`tls_capture`), the sink offers STARTTLS (RFC 3207) and
+//! answers the handshake with a certificate for the name the client asked for, signed by that CA,
+//! as HTTPS capture does: mailers that insist on TLS (Django's `EMAIL_USE_TLS`, submission on 587)
+//! are captured too. Without the CA it is not offered, and a client that asks anyway is told it
+//! is not available.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use af_manifest::MailPolicy;
 use af_runtime::{CapturedItem, Verdict};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::context::Shared;
@@ -72,11 +78,36 @@ fn path_argument(argument: &str) -> String {
     inner.trim().to_string()
 }
 
+/// Whether the session can start TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tls {
+    /// The sidecar has a capture CA: STARTTLS is offered.
+    Offered,
+    /// The session already runs over TLS.
+    Active,
+    /// No capture CA.
+    Unavailable,
+}
+
+/// How a conversation ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    Closed,
+    /// The client asked for TLS and was told to go ahead.
+    StartTls,
+}
+
+/// Where a session is, for its decision records.
+struct Peer<'a> {
+    client: SocketAddr,
+    port: u16,
+    shared: &'a Shared,
+}
+
 async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
     let _open = shared.metrics.connection_opened();
     let port = stream.local_addr().map(|a| a.port()).unwrap_or(25);
     let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read);
     if shared.policy.mail == MailPolicy::Deny {
         Pending::new(&shared.environment, client, "smtp", "CONNECT", "", port).finish(
             &shared.log,
@@ -90,21 +121,138 @@ async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
             .await;
         return;
     }
-    let idle = shared.limits.idle_timeout();
-    let max_bytes = shared.limits.max_mail_bytes;
     let _ = write
         .write_all(b"220 af-sidecar ESMTP mail capture; nothing is delivered\r\n")
         .await;
+    let peer = Peer {
+        client,
+        port,
+        shared: &shared,
+    };
+    let tls = if shared.capture_ca.is_some() {
+        Tls::Offered
+    } else {
+        Tls::Unavailable
+    };
+    let mut reader = BufReader::new(read);
+    if converse(&mut reader, &mut write, &peer, tls).await == Ended::Closed {
+        return;
+    }
+    // Nothing the client sent after STARTTLS and before the handshake may be acted on (RFC 3207
+    // section 4: a man in the middle could have added it in the clear): such a session ends.
+    if !reader.buffer().is_empty() {
+        return record_tls(
+            &peer,
+            "",
+            "commands sent after STARTTLS, before the handshake",
+        );
+    }
+    let Ok(stream) = reader.into_inner().reunite(write) else {
+        return;
+    };
+    let Some(secured) = start_tls(stream, &peer).await else {
+        return;
+    };
+    let (read, mut write) = tokio::io::split(secured);
+    converse(&mut BufReader::new(read), &mut write, &peer, Tls::Active).await;
+}
+
+/// Answers the TLS handshake after STARTTLS with a certificate, signed by the capture CA, for the
+/// name the client asked for (a client that names none is answered as `af-sidecar`); a handshake
+/// that fails is recorded with what to do about it, as HTTPS capture records it.
+async fn start_tls(
+    stream: TcpStream,
+    peer: &Peer<'_>,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let ca = peer.shared.capture_ca.clone()?;
+    let mut asked = String::new();
+    let handshake = async {
+        let start =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream)
+                .await
+                .map_err(|e| e.to_string())?;
+        asked = start
+            .client_hello()
+            .server_name()
+            .unwrap_or("af-sidecar")
+            .to_string();
+        let mut config = (*ca.server_config(&asked)?).clone();
+        // The certificate's configuration is shared with HTTPS capture, whose answers are HTTP;
+        // here the protocol is SMTP, which negotiates none.
+        config.alpn_protocols.clear();
+        start
+            .into_stream(Arc::new(config))
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(peer.shared.limits.client_hello_timeout(), handshake).await {
+        Ok(Ok(secured)) => Some(secured),
+        Ok(Err(err)) => {
+            record_tls(
+                peer,
+                &asked,
+                &format!(
+                    "tls handshake failed: {err}; a client must trust the environment's capture CA"
+                ),
+            );
+            None
+        }
+        Err(_) => {
+            record_tls(peer, &asked, "tls handshake timed out");
+            None
+        }
+    }
+}
+
+/// Records a STARTTLS that came to nothing: the mail it would have carried was not captured.
+fn record_tls(peer: &Peer<'_>, host: &str, note: &str) {
+    let shared = peer.shared;
+    Pending::new(
+        &shared.environment,
+        peer.client,
+        "smtp",
+        "STARTTLS",
+        host,
+        peer.port,
+    )
+    .finish(
+        &shared.log,
+        Verdict::Capture,
+        &format!("mail ({note})"),
+        0,
+        0,
+    );
+}
+
+/// The SMTP conversation from the first command: mail is captured until the client quits, goes
+/// quiet or away, or (when `tls` is offered) asks for TLS.
+async fn converse<R, W>(reader: &mut R, write: &mut W, peer: &Peer<'_>, tls: Tls) -> Ended
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let shared = peer.shared;
+    let idle = shared.limits.idle_timeout();
+    let max_bytes = shared.limits.max_mail_bytes;
+    let rule = match tls {
+        Tls::Active => "mail (starttls)",
+        Tls::Offered | Tls::Unavailable => "mail",
+    };
     let mut from = String::new();
     let mut recipients: Vec<String> = Vec::new();
     loop {
-        let Some(line) = read_line(&mut reader, idle).await else {
-            return;
+        let Some(line) = read_line(reader, idle).await else {
+            return Ended::Closed;
         };
         let (verb, argument) = line.split_once(' ').unwrap_or((line.as_str(), ""));
         let reply: Vec<u8> = match verb.to_ascii_uppercase().as_str() {
             "EHLO" => format!(
-                "250-af-sidecar\r\n250-SIZE {max_bytes}\r\n250-8BITMIME\r\n250 PIPELINING\r\n"
+                "250-af-sidecar\r\n250-SIZE {max_bytes}\r\n250-8BITMIME\r\n{}250 PIPELINING\r\n",
+                if tls == Tls::Offered {
+                    "250-STARTTLS\r\n"
+                } else {
+                    ""
+                }
             )
             .into_bytes(),
             "HELO" => b"250 af-sidecar\r\n".to_vec(),
@@ -128,13 +276,13 @@ async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
                     .await
                     .is_err()
                 {
-                    return;
+                    return Ended::Closed;
                 }
-                let Some(data) = read_data(&mut reader, idle, max_bytes).await else {
+                let Some(data) = read_data(reader, idle, max_bytes).await else {
                     let _ = write
                         .write_all(b"552 5.3.4 message too large or connection lost\r\n")
                         .await;
-                    return;
+                    return Ended::Closed;
                 };
                 let message = parse_message(&data);
                 let host = recipients
@@ -152,10 +300,18 @@ async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
                     subject: message.subject,
                     body: message.body,
                 });
-                Pending::new(&shared.environment, client, "smtp", "DATA", &host, port).finish(
+                Pending::new(
+                    &shared.environment,
+                    peer.client,
+                    "smtp",
+                    "DATA",
+                    &host,
+                    peer.port,
+                )
+                .finish(
                     &shared.log,
                     Verdict::Capture,
-                    "mail",
+                    rule,
                     data.len() as u64,
                     0,
                 );
@@ -169,13 +325,23 @@ async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
             "NOOP" => b"250 2.0.0 OK\r\n".to_vec(),
             "QUIT" => {
                 let _ = write.write_all(b"221 2.0.0 bye\r\n").await;
-                return;
+                return Ended::Closed;
             }
-            "STARTTLS" => b"454 4.7.0 TLS not available; the sink accepts plain SMTP\r\n".to_vec(),
+            "STARTTLS" => match tls {
+                Tls::Offered if argument.is_empty() => {
+                    return match write.write_all(b"220 2.0.0 ready to start TLS\r\n").await {
+                        Ok(()) => Ended::StartTls,
+                        Err(_) => Ended::Closed,
+                    };
+                }
+                Tls::Offered => b"501 5.5.4 STARTTLS takes no argument\r\n".to_vec(),
+                Tls::Active => b"503 5.5.1 TLS is already active\r\n".to_vec(),
+                Tls::Unavailable => b"454 4.7.0 TLS not available: this environment has no capture CA; the sink accepts plain SMTP\r\n".to_vec(),
+            },
             _ => b"502 5.5.2 command not recognized\r\n".to_vec(),
         };
         if write.write_all(&reply).await.is_err() {
-            return;
+            return Ended::Closed;
         }
     }
 }

@@ -664,19 +664,7 @@ fn allowed_names_are_resolved_through_the_nameserver_and_still_classified() {
 #[test]
 fn captured_https_is_answered_behind_the_environment_ca() {
     in_private_network(|| async {
-        let af_runtime::capture_trust::CaptureCaPem {
-            cert: ca_cert,
-            key: ca_key,
-        } = af_egress::tls_capture::new_ca("test-env").unwrap();
-        let dir = std::env::temp_dir().join(format!("af-egress-ca-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("ca.pem"), &ca_cert).unwrap();
-        std::fs::write(dir.join("ca.key"), &ca_key).unwrap();
-        let tls_capture = format!(
-            "tls_capture: {{ca_cert_file: {}, ca_key_file: {}}}\n",
-            dir.join("ca.pem").display(),
-            dir.join("ca.key").display()
-        );
+        let (ca_cert, tls_capture) = capture_ca("https");
         let _sidecar = start_sidecar(POLICY, &tls_capture).await;
 
         let body = r#"{"amount": 990}"#;
@@ -771,6 +759,154 @@ fn captured_https_is_answered_behind_the_environment_ca() {
             "{transparent:?}"
         );
     });
+}
+
+/// Mail over STARTTLS: with the environment's capture CA the SMTP sink offers STARTTLS, answers
+/// the handshake behind a certificate for the name the client asked for, and captures the mail
+/// sent inside. A client that does not trust the CA gets no further and the log says why; commands
+/// sent after STARTTLS, before the handshake, end the session unanswered.
+#[test]
+fn mail_over_starttls_is_captured_behind_the_environment_ca() {
+    in_private_network(|| async {
+        let (ca_cert, tls_capture) = capture_ca("starttls");
+        let _sidecar = start_sidecar(POLICY, &tls_capture).await;
+
+        let mut smtp = TcpStream::connect(addr(SIDECAR, 25)).await.unwrap();
+        let offer = ask_for_tls(&mut smtp).await;
+        assert!(offer.contains("250-STARTTLS"), "{offer}");
+        let transcript = tls_exchange(
+            smtp,
+            "smtp.mail.test",
+            Some(&ca_cert),
+            b"EHLO shop\r\nMAIL FROM:<orders@shop.test>\r\nRCPT TO:<bob@customer.test>\r\nDATA\r\nSubject: Sealed\r\n\r\nOver TLS.\r\n.\r\nQUIT\r\n",
+        )
+        .await
+        .expect("the sink's certificate verifies against the environment's CA");
+        assert!(transcript.contains("250 2.0.0 captured as"), "{transcript}");
+        assert!(
+            !transcript.contains("STARTTLS"),
+            "not offered again inside TLS: {transcript}"
+        );
+        let entries = inbox().await;
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(entries[0]["subject"], "Sealed");
+        assert_eq!(entries[0]["to"], serde_json::json!(["bob@customer.test"]));
+        assert_eq!(entries[0]["body"], "Over TLS.\r\n");
+
+        let mut untrusting = TcpStream::connect(addr(SIDECAR, 25)).await.unwrap();
+        ask_for_tls(&mut untrusting).await;
+        let err = tls_exchange(untrusting, "smtp.mail.test", None, b"EHLO x\r\n")
+            .await
+            .expect_err("a client that does not trust the CA cannot finish the handshake");
+        assert!(err.contains("UnknownIssuer"), "{err}");
+
+        let injected = exchange(
+            addr(SIDECAR, 25),
+            b"EHLO x\r\nSTARTTLS\r\nMAIL FROM:<in-the-clear@x.test>\r\n",
+        )
+        .await;
+        assert!(
+            injected
+                .trim_end()
+                .ends_with("220 2.0.0 ready to start TLS"),
+            "nothing after STARTTLS is answered in the clear: {injected}"
+        );
+        assert_eq!(inbox().await.len(), 1);
+
+        let rules: Vec<String> = decisions("?verdict=capture")
+            .await
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {}",
+                    r["method"].as_str().unwrap(),
+                    r["host"].as_str().unwrap(),
+                    r["rule"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert!(
+            rules.contains(&"DATA customer.test mail (starttls)".to_string()),
+            "{rules:?}"
+        );
+        assert!(
+            rules.iter().any(|r| r
+                .starts_with("STARTTLS smtp.mail.test mail (tls handshake failed")
+                && r.contains("trust the environment's capture CA")),
+            "{rules:?}"
+        );
+        assert_eq!(
+            rules.iter().filter(|r| r.starts_with("STARTTLS")).count(),
+            2,
+            "the failed handshake and the session that sent commands before it: {rules:?}"
+        );
+    });
+}
+
+/// The positive control for the offer: without a capture CA, STARTTLS is neither offered nor
+/// accepted, and plain mail is still captured.
+#[test]
+fn without_a_capture_ca_starttls_is_neither_offered_nor_accepted() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let transcript = exchange(addr(SIDECAR, 25), b"EHLO x\r\nSTARTTLS\r\nQUIT\r\n").await;
+        assert!(!transcript.contains("250-STARTTLS"), "{transcript}");
+        assert!(
+            transcript.contains("\r\n454 4.7.0 TLS not available"),
+            "{transcript}"
+        );
+        assert!(
+            transcript.trim_end().ends_with("221 2.0.0 bye"),
+            "{transcript}"
+        );
+    });
+}
+
+/// Reads the greeting, says EHLO, asks for STARTTLS and reads its go-ahead; returns the EHLO
+/// answer.
+async fn ask_for_tls(smtp: &mut TcpStream) -> String {
+    assert!(read_reply(smtp).await.starts_with("220 "));
+    smtp.write_all(b"EHLO shop\r\n").await.unwrap();
+    let offer = read_reply(smtp).await;
+    smtp.write_all(b"STARTTLS\r\n").await.unwrap();
+    let go_ahead = read_reply(smtp).await;
+    assert!(go_ahead.starts_with("220 "), "{go_ahead}");
+    offer
+}
+
+/// One SMTP reply, multi-line or not, read a byte at a time so that nothing after it is taken
+/// from the socket (the TLS handshake follows on the same connection).
+async fn read_reply(stream: &mut TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut reply = Vec::new();
+    let mut line_start = 0;
+    loop {
+        let byte = stream.read_u8().await.expect("an SMTP reply");
+        reply.push(byte);
+        if byte == b'\n' {
+            // The last line of a reply has a space after its code; the others a dash.
+            if reply.get(line_start + 3) == Some(&b' ') {
+                return String::from_utf8_lossy(&reply).into_owned();
+            }
+            line_start = reply.len();
+        }
+    }
+}
+
+/// A fresh capture CA written to files, and the sidecar configuration line that names them.
+fn capture_ca(name: &str) -> (String, String) {
+    let af_runtime::capture_trust::CaptureCaPem { cert, key } =
+        af_egress::tls_capture::new_ca("test-env").unwrap();
+    let dir = std::env::temp_dir().join(format!("af-egress-ca-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ca.pem"), &cert).unwrap();
+    std::fs::write(dir.join("ca.key"), &key).unwrap();
+    let config = format!(
+        "tls_capture: {{ca_cert_file: {}, ca_key_file: {}}}\n",
+        dir.join("ca.pem").display(),
+        dir.join("ca.key").display()
+    );
+    (cert, config)
 }
 
 /// The positive control for the CA: the same tunnel to a captured host, from a sidecar without a

@@ -178,17 +178,22 @@ pub struct MailRequest {
     pub to: String,
     pub subject: String,
     pub body: String,
+    /// Ask for STARTTLS after EHLO and send the message inside TLS, the server verified against
+    /// the trust store the environment names (`SSL_CERT_FILE`), as a mailer that requires TLS
+    /// does.
+    #[serde(default)]
+    pub starttls: bool,
 }
 
-/// One message over plain SMTP; `{"sent": true}` or `{"error"}` naming the step that failed.
+/// One message over SMTP, plain or after STARTTLS; `{"sent": true}` or `{"error"}` naming the
+/// step that failed.
 pub fn send_mail(request: &MailRequest) -> Value {
     let message = format!(
         "From: {}\r\nTo: {}\r\nSubject: {}\r\n\r\n{}\r\n.\r\n",
         request.from, request.to, request.subject, request.body
     );
-    // Each step: what to send (nothing for the greeting) and the reply code it must get.
-    let steps: [(String, &str); 7] = [
-        (String::new(), "220"),
+    // Each step: what to send and the reply code it must get.
+    let envelope: [(String, &str); 6] = [
         ("EHLO agent\r\n".into(), "250"),
         (format!("MAIL FROM:<{}>\r\n", request.from), "250"),
         (format!("RCPT TO:<{}>\r\n", request.to), "250"),
@@ -201,31 +206,61 @@ pub fn send_mail(request: &MailRequest) -> Value {
         stream
             .set_read_timeout(Some(TIMEOUT))
             .map_err(|e| e.to_string())?;
-        let mut writer = stream.try_clone().map_err(|e| e.to_string())?;
-        let mut reader = BufReader::new(stream);
-        for (say, want) in &steps {
-            writer
-                .write_all(say.as_bytes())
-                .map_err(|e| format!("sending {say:?}: {e}"))?;
-            // Replies may span lines ("250-..."); the last line has a space after the code.
-            loop {
-                let mut line = String::new();
-                reader
-                    .read_line(&mut line)
-                    .map_err(|e| format!("reading the reply to {say:?}: {e}"))?;
-                if !line.starts_with(want) {
-                    return Err(format!("{say:?} got {:?}, not {want}", line.trim_end()));
-                }
-                if line.as_bytes().get(3) != Some(&b'-') {
-                    break;
-                }
-            }
+        let mut plain = BufReader::new(stream);
+        smtp_step(&mut plain, "", "220")?;
+        if !request.starttls {
+            return envelope
+                .iter()
+                .try_for_each(|(say, want)| smtp_step(&mut plain, say, want));
         }
-        Ok(())
+        smtp_step(&mut plain, "EHLO agent\r\n", "250")?;
+        smtp_step(&mut plain, "STARTTLS\r\n", "220")?;
+        if !plain.buffer().is_empty() {
+            return Err("the server said more before the handshake".into());
+        }
+        let host = request
+            .server
+            .rsplit_once(':')
+            .map_or(request.server.as_str(), |(host, _)| host);
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| format!("{host}: {e}"))?;
+        let connection =
+            rustls::ClientConnection::new(crate::agent_https::environment_trust()?, name)
+                .map_err(|e| e.to_string())?;
+        let mut secured = BufReader::new(rustls::StreamOwned::new(connection, plain.into_inner()));
+        envelope
+            .iter()
+            .try_for_each(|(say, want)| smtp_step(&mut secured, say, want))
+            .map_err(|e| format!("inside TLS: {e}"))
     };
     match conversation() {
         Ok(()) => json!({"sent": true}),
         Err(err) => failed(err),
+    }
+}
+
+/// Says `say` (nothing, for the greeting) and reads the whole reply, whose code must be `want`.
+fn smtp_step<S: Read + Write>(
+    stream: &mut BufReader<S>,
+    say: &str,
+    want: &str,
+) -> Result<(), String> {
+    stream
+        .get_mut()
+        .write_all(say.as_bytes())
+        .map_err(|e| format!("sending {say:?}: {e}"))?;
+    // Replies may span lines ("250-..."); the last line has a space after the code.
+    loop {
+        let mut line = String::new();
+        stream
+            .read_line(&mut line)
+            .map_err(|e| format!("reading the reply to {say:?}: {e}"))?;
+        if !line.starts_with(want) {
+            return Err(format!("{say:?} got {:?}, not {want}", line.trim_end()));
+        }
+        if line.as_bytes().get(3) != Some(&b'-') {
+            return Ok(());
+        }
     }
 }
 
@@ -307,9 +342,40 @@ mod tests {
             to: "c@d.example".into(),
             subject: "s".into(),
             body: "b".into(),
+            starttls: false,
         });
         assert!(
             answer["error"].as_str().unwrap().contains("554 go away"),
+            "{answer}"
+        );
+    }
+
+    #[test]
+    fn a_server_that_refuses_starttls_is_reported_not_bypassed() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut reader = BufReader::new(stream);
+            writer.write_all(b"220 hi\r\n").unwrap();
+            for reply in ["250 ok\r\n", "454 4.7.0 TLS not available\r\n"] {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                writer.write_all(reply.as_bytes()).unwrap();
+            }
+        });
+        let answer = send_mail(&MailRequest {
+            server,
+            from: "a@b.example".into(),
+            to: "c@d.example".into(),
+            subject: "s".into(),
+            body: "b".into(),
+            starttls: true,
+        });
+        let error = answer["error"].as_str().unwrap();
+        assert!(
+            error.contains("STARTTLS") && error.contains("454"),
             "{answer}"
         );
     }

@@ -42,10 +42,7 @@ pub fn fetch_https(request: &HttpsRequest) -> Value {
         return failed(format!("{} is not an https:// URL", request.url));
     };
     let attempt = || -> Result<Value, String> {
-        let store = std::env::var("SSL_CERT_FILE")
-            .or_else(|_| std::env::var("AF_CAPTURE_CA"))
-            .ok();
-        let config = client_config(store)?;
+        let config = environment_trust()?;
         let target = format!("{host}:{port}");
         let tcp = if request.via_proxy {
             let proxy = proxy_server().ok_or("HTTPS_PROXY is not set")?;
@@ -85,6 +82,16 @@ pub fn fetch_https(request: &HttpsRequest) -> Value {
         Ok(json!({"status": status, "body": String::from_utf8_lossy(&body)}))
     };
     attempt().unwrap_or_else(failed)
+}
+
+/// A TLS client that trusts what the environment tells its services to trust: `SSL_CERT_FILE`,
+/// else `AF_CAPTURE_CA`.
+pub(crate) fn environment_trust() -> Result<Arc<rustls::ClientConfig>, String> {
+    client_config(
+        std::env::var("SSL_CERT_FILE")
+            .or_else(|_| std::env::var("AF_CAPTURE_CA"))
+            .ok(),
+    )
 }
 
 /// A client that trusts exactly the certificates of `file` (`SSL_CERT_FILE`).

@@ -558,16 +558,15 @@ impl Runtime for KubeRuntime {
             None => af_egress::config::new_control_token()
                 .map_err(|e| RuntimeError::platform_failed("making the control token", e))?,
         };
-        let capture_ca = match environment.manifest.egress.capture.is_empty() {
-            true => None,
-            false => match af_egress::config::inline_capture_ca(&current) {
-                Some(ca) => Some(ca),
-                None => Some(
-                    af_egress::tls_capture::new_ca(environment.id.as_str()).map_err(|e| {
-                        RuntimeError::platform_failed("making the environment's capture CA", e)
-                    })?,
-                ),
-            },
+        let capture_ca = if environment.manifest.egress.needs_capture_ca() {
+            Some(match af_egress::config::inline_capture_ca(&current) {
+                Some(ca) => ca,
+                None => af_egress::tls_capture::new_ca(environment.id.as_str()).map_err(|e| {
+                    RuntimeError::platform_failed("making the environment's capture CA", e)
+                })?,
+            })
+        } else {
+            None
         };
         // The machine's trust store, read only when there is a CA to bundle it with.
         let system_store = capture_ca

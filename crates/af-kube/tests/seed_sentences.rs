@@ -483,8 +483,14 @@ fn workloads_trust_the_capture_ca_and_only_the_sidecar_has_its_key() {
     let loaded = af_egress::parse_config(&config, std::path::Path::new("/")).unwrap();
     assert!(loaded.capture_ca.is_some(), "the sidecar loads the CA");
 
+    // Mail alone needs the CA too: it may come over STARTTLS.
+    let mut mail_only = shop();
+    mail_only.egress.capture.clear();
+    assert!(rendered(&mail_only).capture_trust.is_some());
+
     let mut quiet = shop();
     quiet.egress.capture.clear();
+    quiet.egress.mail = af_manifest::MailPolicy::Deny;
     let objects = rendered(&quiet);
     assert!(objects.capture_trust.is_none());
     let everything = af_kube::render::to_yaml(&objects.in_apply_order()).unwrap();

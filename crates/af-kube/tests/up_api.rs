@@ -335,6 +335,7 @@ async fn an_up_removes_what_the_manifest_no_longer_has() {
     let mut smaller = environment();
     smaller.manifest.services.remove("report");
     smaller.manifest.egress.capture.clear();
+    smaller.manifest.egress.mail = af_manifest::MailPolicy::Deny;
     smaller.manifest.runtime.domain = None;
     let report = runtime.up(&smaller, &Quiet).await.unwrap();
     assert!(!report.unchanged);

@@ -148,6 +148,15 @@ pub struct EgressPolicy {
     pub mail: MailPolicy,
 }
 
+impl EgressPolicy {
+    /// Whether the environment needs a capture CA: something it captures may arrive over TLS — a
+    /// captured host over HTTPS, or mail over STARTTLS. Where nothing is captured, no service is
+    /// told to trust a CA that would sign nothing.
+    pub fn needs_capture_ca(&self) -> bool {
+        !self.capture.is_empty() || self.mail == MailPolicy::Capture
+    }
+}
+
 /// A host whose requests the sidecar answers itself, and with what. Reads as the manifest writes
 /// it: a bare host (default response) or `{host, response}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

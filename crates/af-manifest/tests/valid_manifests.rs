@@ -5,8 +5,8 @@ use std::fs;
 use std::path::Path;
 
 use af_manifest::{
-    CannedResponse, DatabaseProvider, EnvValue, HostRule, ImageSource, MailPolicy, ManifestCode,
-    Provider,
+    CannedResponse, CaptureRule, DatabaseProvider, EgressPolicy, EnvValue, HostRule, ImageSource,
+    MailPolicy, ManifestCode, Provider,
 };
 
 fn example_path() -> std::path::PathBuf {
@@ -184,4 +184,25 @@ fn a_missing_build_context_is_reported_where_it_was_written() {
     assert_eq!(err.problems[0].code, ManifestCode::BuildContextMissing);
     let at = err.problems[0].location.unwrap();
     assert_eq!((at.line, at.column), (6, 5));
+}
+
+/// A capture CA is wanted exactly where something captured may arrive over TLS: a captured host
+/// (HTTPS) or captured mail (STARTTLS).
+#[test]
+fn a_capture_ca_is_needed_where_hosts_or_mail_are_captured() {
+    let nothing = EgressPolicy::default();
+    assert!(!nothing.needs_capture_ca(), "deny-only egress needs none");
+    let mail = EgressPolicy {
+        mail: MailPolicy::Capture,
+        ..EgressPolicy::default()
+    };
+    assert!(mail.needs_capture_ca());
+    let hosts = EgressPolicy {
+        capture: vec![CaptureRule {
+            host: HostRule::Exact("api.payments.example".into()),
+            response: CannedResponse::default(),
+        }],
+        ..EgressPolicy::default()
+    };
+    assert!(hosts.needs_capture_ca());
 }

@@ -67,6 +67,12 @@ pub fn all() -> Vec<Behaviour> {
             inbox_mail,
         ),
         b(
+            "egress_mail_over_starttls_is_captured_into_the_inbox",
+            Some(Capability::HttpsCapture),
+            "mail sent after STARTTLS, the sink's certificate verified by the service's own trust store as the runtime set it, is accepted by the sidecar and kept in the inbox",
+            inbox_mail_starttls,
+        ),
+        b(
             "egress_webhook_reaches_the_service",
             Some(Capability::WebhookTrigger),
             "the sidecar delivers a request to a service as a third party would, and returns its answer",
@@ -221,7 +227,9 @@ async fn captured_post_kept(
     require(kept, || format!("not in the inbox: {inbox:?}"))
 }
 
-check!(inbox_mail, ctx, {
+/// Sends one message through the sidecar's SMTP sink (after STARTTLS when `starttls`) and
+/// requires it in the inbox, parsed.
+async fn mail_kept(ctx: &Ctx<'_>, starttls: bool, subject: &str) -> Result<(), String> {
     let id = main_env(ctx).await?;
     let (_, sent) = ctx
         .agent(
@@ -229,7 +237,7 @@ check!(inbox_mail, ctx, {
             "agent",
             "POST",
             "/mail",
-            json!({"server": format!("{MAIL_NAME}:25"), "from": "shop@conformance.test", "to": "ana@conformance.test", "subject": "Order 7", "body": "Thank you."}),
+            json!({"server": format!("{MAIL_NAME}:25"), "from": "shop@conformance.test", "to": "ana@conformance.test", "subject": subject, "body": "Thank you.", "starttls": starttls}),
         )
         .await?;
     require(sent["sent"] == true, || {
@@ -242,12 +250,21 @@ check!(inbox_mail, ctx, {
         .await
         .map_err(|e| e.to_string())?;
     let kept = inbox.iter().any(|entry| {
-        matches!(&entry.item, CapturedItem::Mail { from, to, subject, body }
+        matches!(&entry.item, CapturedItem::Mail { from, to, subject: kept_subject, body }
             if from == "shop@conformance.test" && to.iter().any(|t| t == "ana@conformance.test")
-                && subject == "Order 7" && body.contains("Thank you."))
+                && kept_subject == subject && body.contains("Thank you."))
     });
-    require(kept, || format!("not in the inbox: {inbox:?}"))?;
+    require(kept, || format!("not in the inbox: {inbox:?}"))
+}
+
+check!(inbox_mail, ctx, {
+    mail_kept(ctx, false, "Order 7").await?;
     Ok("the message is in the inbox, parsed".into())
+});
+
+check!(inbox_mail_starttls, ctx, {
+    mail_kept(ctx, true, "Order 8, sealed").await?;
+    Ok("STARTTLS verified against the service's trust store; the message is in the inbox".into())
 });
 
 check!(webhook, ctx, {

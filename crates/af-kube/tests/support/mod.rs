@@ -81,7 +81,7 @@ pub fn rendered(manifest: &Manifest) -> Rendered {
         probe_targets: &targets,
         control_token: TOKEN,
         cluster: &cluster,
-        capture: (!manifest.egress.capture.is_empty()).then_some(CaptureInput {
+        capture: manifest.egress.needs_capture_ca().then_some(CaptureInput {
             ca: &ca,
             with_system_store: true,
         }),
