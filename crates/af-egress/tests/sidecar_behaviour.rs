@@ -813,18 +813,27 @@ fn mail_over_starttls_is_captured_behind_the_environment_ca() {
         );
         assert_eq!(inbox().await.len(), 1);
 
-        let rules: Vec<String> = decisions("?verdict=capture")
-            .await
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} {} {}",
-                    r["method"].as_str().unwrap(),
-                    r["host"].as_str().unwrap(),
-                    r["rule"].as_str().unwrap()
-                )
-            })
-            .collect();
+        // The sidecar records a failed handshake once it has read the client's alert: ask until
+        // both STARTTLS records are in (bounded, so a missing one fails below).
+        let mut rules: Vec<String> = Vec::new();
+        for _ in 0..100 {
+            rules = decisions("?verdict=capture")
+                .await
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {} {}",
+                        r["method"].as_str().unwrap(),
+                        r["host"].as_str().unwrap(),
+                        r["rule"].as_str().unwrap()
+                    )
+                })
+                .collect();
+            if rules.iter().filter(|r| r.starts_with("STARTTLS")).count() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         assert!(
             rules.contains(&"DATA customer.test mail (starttls)".to_string()),
             "{rules:?}"
@@ -849,8 +858,13 @@ fn mail_over_starttls_is_captured_behind_the_environment_ca() {
 fn without_a_capture_ca_starttls_is_neither_offered_nor_accepted() {
     in_private_network(|| async {
         let _sidecar = start_sidecar(POLICY, "").await;
-        let transcript = exchange(addr(SIDECAR, 25), b"EHLO x\r\nSTARTTLS\r\nQUIT\r\n").await;
+        let transcript = exchange(
+            addr(SIDECAR, 25),
+            b"EHLO x\r\nSTARTTLS\r\nMAIL FROM:<a@shop.test>\r\nRCPT TO:<b@customer.test>\r\nDATA\r\nSubject: plain\r\n\r\nhi\r\n.\r\nQUIT\r\n",
+        )
+        .await;
         assert!(!transcript.contains("250-STARTTLS"), "{transcript}");
+        assert!(transcript.contains("250 2.0.0 captured as"), "{transcript}");
         assert!(
             transcript.contains("\r\n454 4.7.0 TLS not available"),
             "{transcript}"
