@@ -327,6 +327,18 @@ mod tests {
         assert!(not_http["error"].is_string());
     }
 
+    /// A one-line message to `server`, after STARTTLS or not.
+    fn mail_to(server: String, starttls: bool) -> MailRequest {
+        MailRequest {
+            server,
+            from: "a@b.example".into(),
+            to: "c@d.example".into(),
+            subject: "s".into(),
+            body: "b".into(),
+            starttls,
+        }
+    }
+
     #[test]
     fn a_mail_conversation_reports_the_step_that_failed() {
         // A server that greets with the wrong code.
@@ -336,14 +348,7 @@ mod tests {
             let (mut stream, _) = listener.accept().unwrap();
             stream.write_all(b"554 go away\r\n").unwrap();
         });
-        let answer = send_mail(&MailRequest {
-            server,
-            from: "a@b.example".into(),
-            to: "c@d.example".into(),
-            subject: "s".into(),
-            body: "b".into(),
-            starttls: false,
-        });
+        let answer = send_mail(&mail_to(server, false));
         assert!(
             answer["error"].as_str().unwrap().contains("554 go away"),
             "{answer}"
@@ -365,14 +370,7 @@ mod tests {
                 writer.write_all(reply.as_bytes()).unwrap();
             }
         });
-        let answer = send_mail(&MailRequest {
-            server,
-            from: "a@b.example".into(),
-            to: "c@d.example".into(),
-            subject: "s".into(),
-            body: "b".into(),
-            starttls: true,
-        });
+        let answer = send_mail(&mail_to(server, true));
         let error = answer["error"].as_str().unwrap();
         assert!(
             error.contains("STARTTLS") && error.contains("454"),
