@@ -39,6 +39,7 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
         Err(exit) => return Ok(exit),
     };
     let dir = dir.as_path();
+    let is_up = matches!(verb, Verb::Up);
     let runtime = tokio::runtime::Runtime::new()?;
     let outcome = runtime.block_on(async {
         let platform = connect(&manifest).await?;
@@ -98,7 +99,7 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
             Ok(Exit::Success)
         }
         Err(err) => {
-            report_error(&err, json);
+            report_error(&err, json, is_up);
             Ok(Exit::Runtime(err.code()))
         }
     }
@@ -240,12 +241,23 @@ async fn connect(manifest: &Manifest) -> Result<Box<dyn Runtime>, RuntimeError> 
     }
 }
 
-fn report_error(err: &RuntimeError, json: bool) {
+/// What a failed `af up` leaves: it does not undo its steps (an environment half made is easier
+/// to look into than one that vanished), so the user is told where things stand and what clears it.
+const AFTER_FAILED_UP: &str = "anything this af up made before it stopped is left as it was, to look into (af status, af logs SERVICE, af net log); af down removes all of it";
+
+fn report_error(err: &RuntimeError, json: bool, after_up: bool) {
+    let left = after_up.then_some(AFTER_FAILED_UP);
     if json {
-        let document = serde_json::json!({"error": {"code": err.code().as_str(), "message": err.message(), "help": err.help(), "details": err}});
-        println!("{document}");
+        let mut error = serde_json::json!({"code": err.code().as_str(), "message": err.message(), "help": err.help(), "details": err});
+        if let Some(left) = left {
+            error["left"] = left.into();
+        }
+        println!("{}", serde_json::json!({ "error": error }));
     } else {
         eprintln!("af: {err}\n  help: {}", err.help());
+        if let Some(left) = left {
+            eprintln!("  left: {left}");
+        }
     }
 }
 

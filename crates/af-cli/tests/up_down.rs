@@ -218,6 +218,11 @@ fn a_kubernetes_up_says_which_context_and_cluster_it_changes_and_names_what_fail
         .env("AF_PROXY_IMAGE", "registry.example/antifailure/proxy:1")
         .output()
         .unwrap();
+    let up_json = af_command(&dir, &["up", "--env", "x", "--json"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("AF_PROXY_IMAGE", "registry.example/antifailure/proxy:1")
+        .output()
+        .unwrap();
     let net_log = af_command(&dir, &["net", "log", "--env", "x"])
         .env("KUBECONFIG", &kubeconfig)
         .env("AF_PROXY_IMAGE", "registry.example/antifailure/proxy:1")
@@ -247,12 +252,32 @@ fn a_kubernetes_up_says_which_context_and_cluster_it_changes_and_names_what_fail
         up_text.contains("AF-RUN-001") && up_text.contains("listing nodes for the fit check"),
         "{up_text}"
     );
+    // A failed up says what it leaves and what removes it; other verbs have nothing to leave.
+    assert!(
+        up_text.contains("left: anything this af up made before it stopped")
+            && up_text.contains("af down removes all of it"),
+        "{up_text}"
+    );
     // The decision log is read through a port-forward to the sidecar: here, the cluster's refusal.
     let log_text = String::from_utf8_lossy(&net_log.stderr);
     assert_eq!(net_log.status.code(), Some(4), "{log_text}");
     assert!(
         log_text.contains("GET /v1/decisions on the sidecar's control API in af-k-x"),
         "{log_text}"
+    );
+    assert!(!log_text.contains("left:"), "{log_text}");
+    let up_json = String::from_utf8_lossy(&up_json.stdout);
+    let error: serde_json::Value = up_json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v.get("error").cloned())
+        .unwrap_or_else(|| panic!("no error document in {up_json}"));
+    assert_eq!(error["code"], "AF-RUN-001", "{error}");
+    assert!(
+        error["left"]
+            .as_str()
+            .is_some_and(|l| l.ends_with("af down removes all of it")),
+        "{error}"
     );
     // Webhooks too: delivered by the sidecar, asked through the same port-forward.
     let webhook_text = String::from_utf8_lossy(&webhook.stderr);
