@@ -11,6 +11,7 @@
 //! packages). Nothing leaves the machine: the origin and the upstream resolver sit at TEST-NET
 //! addresses in the benchmark's own namespace.
 
+mod cpu;
 mod dnsload;
 mod load;
 mod origin;
@@ -228,9 +229,17 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
     );
     let (mut met_rps, mut met_p99) = (0, 0);
     for scenario in &scenarios {
-        let (direct, with_ours, with_squid, round_ratios) = measure_rounds(
+        let Rounds {
+            measured: [direct, with_ours, with_squid],
+            spent,
+            ratios: round_ratios,
+        } = measure_rounds(
             *scenario,
-            [None, Some(ours_addr), Some(squid_addr)],
+            [
+                (None, None),
+                (Some(ours_addr), Some(ours.pid())),
+                (Some(squid_addr), Some(squid.pid())),
+            ],
             duration,
             rounds,
         )
@@ -278,6 +287,11 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
             if p99_ok { "" } else { "  (p99 target missed)" },
             spread(&round_ratios),
         );
+        println!(
+            "{:<32} {}",
+            "",
+            cpu_line(&spent, [&direct, &with_ours, &with_squid])
+        );
     }
     let (ours_rss, squid_rss) = (ours.peak_rss()?, squid.peak_rss()?);
     println!(
@@ -293,31 +307,73 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
     Ok(())
 }
 
-/// Measures `scenario` through each of `routes` (direct, ours, squid) for `rounds` rounds, the
-/// order turning each round so that no route always runs first or last (a machine that slows
-/// down during the run shows in every column, not one); returns each route's pooled measurement
-/// and every round's ours/squid ratio.
+/// Each route's pooled measurement and CPU, and every round's ours/squid ratio.
+struct Rounds {
+    measured: [Measured; 3],
+    spent: [cpu::Spent; 3],
+    ratios: Vec<f64>,
+}
+
+/// Measures `scenario` through each of `routes` (direct, ours, squid: the address to send to and
+/// the process whose CPU to count) for `rounds` rounds, the order turning each round so that no
+/// route always runs first or last (a machine that slows down during the run shows in every
+/// column, not one).
 async fn measure_rounds(
     scenario: Scenario,
-    routes: [Option<SocketAddr>; 3],
+    routes: [(Option<SocketAddr>, Option<u32>); 3],
     duration: Duration,
     rounds: u32,
-) -> (Measured, Measured, Measured, Vec<f64>) {
-    let mut pooled: [Measured; 3] = Default::default();
-    let mut ratios = Vec::new();
+) -> Rounds {
+    let mut pooled = Rounds {
+        measured: Default::default(),
+        spent: Default::default(),
+        ratios: Vec::new(),
+    };
     for round in 0..rounds as usize {
         let mut this_round: [Measured; 3] = Default::default();
         for step in 0..routes.len() {
             let route = (round + step) % routes.len();
-            this_round[route] = load::run(routes[route], scenario, duration).await;
+            let (address, pid) = routes[route];
+            let before = cpu::read(pid);
+            this_round[route] = load::run(address, scenario, duration).await;
+            // A counter that cannot be read leaves the CPU line empty, not the benchmark.
+            if let (Ok(before), Ok(after)) = (before, cpu::read(pid)) {
+                pooled.spent[route].add(cpu::between(before, after));
+            }
         }
-        ratios.push(this_round[1].per_second() / this_round[2].per_second().max(f64::MIN_POSITIVE));
-        for (total, measured) in pooled.iter_mut().zip(this_round) {
+        pooled
+            .ratios
+            .push(this_round[1].per_second() / this_round[2].per_second().max(f64::MIN_POSITIVE));
+        for (total, measured) in pooled.measured.iter_mut().zip(this_round) {
             total.merge(measured);
         }
     }
-    let [direct, ours, squid] = pooled;
-    (direct, ours, squid, ratios)
+    pooled
+}
+
+/// The scenario's CPU per request — the whole machine's in each column and each proxy's own — and,
+/// where the machine was bounded by CPU, the most a proxy costing nothing could reach.
+fn cpu_line(spent: &[cpu::Spent; 3], measured: [&Measured; 3]) -> String {
+    let [direct, ours, squid] = measured;
+    let per = |i: usize, m: &Measured| spent[i].per_request_us(m.requests);
+    let ((d_all, _), (o_all, o_proxy), (s_all, s_proxy)) =
+        (per(0, direct), per(1, ours), per(2, squid));
+    let busy: Vec<String> = spent
+        .iter()
+        .map(|s| format!("{:.0}", s.busy_share() * 100.0))
+        .collect();
+    let bound = match spent[1].rate_without_proxy(ours.per_second()) {
+        Some(rate) => format!(
+            "a proxy costing nothing here: {:.0}/s, {:.2}x squid",
+            rate,
+            rate / squid.per_second().max(f64::MIN_POSITIVE)
+        ),
+        None => "not bounded by CPU: latency sets the rate".to_string(),
+    };
+    format!(
+        "CPU per request: {d_all:.1} us direct, {o_all:.1} ours (proxy {o_proxy:.1}), {s_all:.1} squid (proxy {s_proxy:.1}); cores busy {} %; {bound}",
+        busy.join("/")
+    )
 }
 
 /// The spread of the rounds' ours/squid ratios, when there was more than one round.

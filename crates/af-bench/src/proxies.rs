@@ -16,6 +16,10 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The most memory the process ever held (VmHWM), in bytes.
     pub fn peak_rss(&self) -> Result<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
