@@ -156,17 +156,7 @@ async fn handle(
         port,
     );
     let Some(target) = Target::parse(&host) else {
-        pending.finish(
-            &shared.log,
-            Verdict::Deny,
-            &DenyReason::InvalidHost.to_string(),
-            0,
-            0,
-        );
-        return plain(
-            StatusCode::BAD_REQUEST,
-            "the host is not a valid name or address\n",
-        );
+        return refuse_invalid_host(pending, &shared);
     };
     match decide(&target, &shared.policy) {
         Decision::Deny { reason } => {
@@ -415,6 +405,16 @@ const UPSTREAM_READ_BUFFER: usize = 64 << 10;
 pub const VERDICT_HEADER: HeaderName = HeaderName::from_static("x-af-verdict");
 
 /// The answer to a denied request: 403 and why, in words.
+/// A request whose host is neither a name nor an address: recorded as denied, answered 400.
+pub fn refuse_invalid_host(pending: Pending, shared: &Shared) -> Response<ProxyBody> {
+    let reason = DenyReason::InvalidHost.to_string();
+    pending.finish(&shared.log, Verdict::Deny, &reason, 0, 0);
+    plain(
+        StatusCode::BAD_REQUEST,
+        "the host is not a valid name or address\n",
+    )
+}
+
 pub fn denied(target: &Target, reason: &DenyReason) -> Response<ProxyBody> {
     let mut response = plain(
         StatusCode::FORBIDDEN,

@@ -18,7 +18,7 @@ use crate::body::{ProxyBody, full};
 use crate::context::Shared;
 use crate::decision_log::Pending;
 use crate::dial::{connect as dial, dial_address, logged_rule, read_hello};
-use crate::http_proxy::{denied, plain};
+use crate::http_proxy::{denied, plain, refuse_invalid_host};
 use crate::policy::{Decision, DenyReason, Target, decide};
 use crate::splice;
 use crate::tls_capture::{self, CapturedConnection, NO_CA_NOTE};
@@ -43,17 +43,7 @@ pub async fn connect(
     let port = authority.port_u16().unwrap_or(HTTPS_PORT);
     let mut pending = Pending::new(&shared.environment, peer, "connect", "CONNECT", &host, port);
     let Some(target) = Target::parse(&host) else {
-        pending.finish(
-            &shared.log,
-            Verdict::Deny,
-            &DenyReason::InvalidHost.to_string(),
-            0,
-            0,
-        );
-        return plain(
-            StatusCode::BAD_REQUEST,
-            "the host is not a valid name or address\n",
-        );
+        return refuse_invalid_host(pending, &shared);
     };
     let rule = match decide(&target, &shared.policy) {
         Decision::Deny { reason } => {

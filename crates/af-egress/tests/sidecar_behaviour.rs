@@ -555,6 +555,27 @@ fn hostile_clients_are_refused_and_others_still_served() {
         assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage:?}");
         still_serving().await;
 
+        // A host that is neither a name nor an address, proxied and tunnelled: refused with 400
+        // and recorded, each under its own protocol.
+        for request in [
+            &b"GET http://bad!host/ HTTP/1.1\r\nhost: bad!host\r\nconnection: close\r\n\r\n"[..],
+            b"CONNECT bad!host:443 HTTP/1.1\r\nhost: bad!host:443\r\nconnection: close\r\n\r\n",
+        ] {
+            let answer = exchange(addr(SIDECAR, 3128), request).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 400") && answer.contains("not a valid name"),
+                "{answer}"
+            );
+        }
+        let refused = decisions("?verdict=deny&host=bad!host").await;
+        let protocols: Vec<&str> = refused
+            .iter()
+            .filter(|r| r["rule"] == "invalid-host")
+            .filter_map(|r| r["protocol"].as_str())
+            .collect();
+        assert_eq!(protocols, ["http", "connect"], "{refused:?}");
+        still_serving().await;
+
         // A slowloris client: it starts a request head and never finishes it.
         let mut slow = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
         slow.write_all(
