@@ -290,7 +290,7 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
         println!(
             "{:<32} {}",
             "",
-            cpu_line(&spent, [&direct, &with_ours, &with_squid])
+            cpu_line(spent.as_ref(), [&direct, &with_ours, &with_squid])
         );
     }
     let (ours_rss, squid_rss) = (ours.peak_rss()?, squid.peak_rss()?);
@@ -310,7 +310,9 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
 /// Each route's pooled measurement and CPU, and every round's ours/squid ratio.
 struct Rounds {
     measured: [Measured; 3],
-    spent: [cpu::Spent; 3],
+    /// `None` when a counter could not be read in some round: a partial sum divided by every
+    /// round's requests would understate the CPU per request.
+    spent: Option<[cpu::Spent; 3]>,
     ratios: Vec<f64>,
 }
 
@@ -326,7 +328,7 @@ async fn measure_rounds(
 ) -> Rounds {
     let mut pooled = Rounds {
         measured: Default::default(),
-        spent: Default::default(),
+        spent: Some(Default::default()),
         ratios: Vec::new(),
     };
     for round in 0..rounds as usize {
@@ -336,9 +338,12 @@ async fn measure_rounds(
             let (address, pid) = routes[route];
             let before = cpu::read(pid);
             this_round[route] = load::run(address, scenario, duration).await;
-            // A counter that cannot be read leaves the CPU line empty, not the benchmark.
-            if let (Ok(before), Ok(after)) = (before, cpu::read(pid)) {
-                pooled.spent[route].add(cpu::between(before, after));
+            // A counter that cannot be read leaves the CPU line out, not the benchmark.
+            match (before, cpu::read(pid), pooled.spent.as_mut()) {
+                (Ok(before), Ok(after), Some(spent)) => {
+                    spent[route].add(cpu::between(before, after));
+                }
+                _ => pooled.spent = None,
             }
         }
         pooled
@@ -353,7 +358,11 @@ async fn measure_rounds(
 
 /// The scenario's CPU per request — the whole machine's in each column and each proxy's own — and,
 /// where the machine was bounded by CPU, the most a proxy costing nothing could reach.
-fn cpu_line(spent: &[cpu::Spent; 3], measured: [&Measured; 3]) -> String {
+fn cpu_line(spent: Option<&[cpu::Spent; 3]>, measured: [&Measured; 3]) -> String {
+    let Some(spent) = spent else {
+        return "CPU per request: not known (/proc/stat or a proxy's /proc/<pid>/stat unreadable)"
+            .to_string();
+    };
     let [direct, ours, squid] = measured;
     let per = |i: usize, m: &Measured| spent[i].per_request_us(m.requests);
     let ((d_all, _), (o_all, o_proxy), (s_all, s_proxy)) =
@@ -435,7 +444,43 @@ async fn dns_bench(duration: Duration) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::spread;
+    use super::{cpu_line, spread};
+    use crate::cpu::Spent;
+    use crate::load::Measured;
+
+    #[test]
+    fn the_cpu_line_bounds_only_a_busy_machine_and_says_when_it_cannot_tell() {
+        let run = |requests| Measured {
+            requests,
+            seconds: 1.0,
+            ..Measured::default()
+        };
+        let (direct, ours, squid) = (run(4000), run(2000), run(1000));
+        let busy = Spent {
+            machine_busy: 1.9,
+            machine_total: 2.0,
+            proxy: 0.95,
+        };
+        let line = cpu_line(Some(&[busy; 3]), [&direct, &ours, &squid]);
+        assert!(
+            line.starts_with("CPU per request: 475.0 us direct, 950.0 ours (proxy 475.0), 1900.0 squid (proxy 950.0); cores busy 95/95/95 %"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("a proxy costing nothing here: 4000/s, 4.00x squid"),
+            "{line}"
+        );
+        let idle = Spent {
+            machine_busy: 0.8,
+            ..busy
+        };
+        let line = cpu_line(Some(&[idle; 3]), [&direct, &ours, &squid]);
+        assert!(
+            line.ends_with("not bounded by CPU: latency sets the rate"),
+            "{line}"
+        );
+        assert!(cpu_line(None, [&direct, &ours, &squid]).contains("not known"));
+    }
 
     #[test]
     fn the_spread_is_printed_only_for_several_rounds() {
