@@ -54,6 +54,11 @@ enum Command {
         /// latencies. More than one also prints the spread of the rounds' ours/squid ratios.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: u32,
+        /// TCP congestion control for the run (`net.ipv4.tcp_congestion_control`, here and in the
+        /// origin's namespace; put back at the end). By default the machine's own, which the
+        /// first line of the output names: it decides how fast one connection moves 1 MiB.
+        #[arg(long)]
+        congestion_control: Option<String>,
     },
     /// The sidecar's DNS responder against dnsmasq.
     Dns {
@@ -104,8 +109,9 @@ fn main() -> Result<()> {
             seconds,
             only,
             rounds,
+            congestion_control,
         } => {
-            let _world = world::World::create()?;
+            let _world = world::World::create(congestion_control.as_deref())?;
             runtime.block_on(proxy_bench(
                 Duration::from_secs_f64(seconds),
                 only.as_deref(),
@@ -147,7 +153,7 @@ fn main() -> Result<()> {
             up::run(&af, &image, services, rounds)
         }
         Command::Dns { seconds } => {
-            let _world = world::World::create()?;
+            let _world = world::World::create(None)?;
             runtime.block_on(dns_bench(Duration::from_secs_f64(seconds)))
         }
     }
@@ -210,8 +216,9 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
     }
 
     println!(
-        "af-bench proxy: {} s per measurement, {rounds} round(s) per scenario, origin at 203.0.113.10 behind a veth, 2 cores shared by client, proxy and origin",
-        duration.as_secs_f64()
+        "af-bench proxy: {} s per measurement, {rounds} round(s) per scenario, origin at 203.0.113.10 behind a veth, 2 cores shared by client, proxy and origin, TCP congestion control {}",
+        duration.as_secs_f64(),
+        world::congestion_control().unwrap_or_else(|e| format!("unknown ({e})"))
     );
     println!(
         "{:<32} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>6} | {:>6}",

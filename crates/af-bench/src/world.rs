@@ -26,9 +26,20 @@ pub struct World {
     origin: Option<Child>,
     /// `tcp_tw_reuse` as it was before, to put back.
     tw_reuse_before: Option<String>,
+    /// The congestion control as it was before, to put back, when the run chose another.
+    congestion_before: Option<String>,
 }
 
 const TW_REUSE: &str = "/proc/sys/net/ipv4/tcp_tw_reuse";
+const CONGESTION: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
+
+/// The TCP congestion control new connections in this namespace get.
+pub fn congestion_control() -> Result<String> {
+    Ok(std::fs::read_to_string(CONGESTION)
+        .with_context(|| format!("reading {CONGESTION}"))?
+        .trim()
+        .to_string())
+}
 
 fn run(args: &[&str]) -> Result<()> {
     let status = Command::new(args[0])
@@ -43,8 +54,10 @@ fn run(args: &[&str]) -> Result<()> {
 
 impl World {
     /// Creates the namespace and link, and starts the origin servers inside it (this binary's
-    /// `origin` subcommand).
-    pub fn create() -> Result<World> {
+    /// `origin` subcommand). With `congestion`, connections in both namespaces use that TCP
+    /// congestion control until the world is dropped; otherwise the origin's namespace gets the
+    /// machine's, as the client and the proxies have it.
+    pub fn create(congestion: Option<&str>) -> Result<World> {
         let id = std::process::id();
         let namespace = format!("afbench{id}");
         let host_link = format!("afb{id}h");
@@ -54,7 +67,18 @@ impl World {
             host_link: host_link.clone(),
             origin: None,
             tw_reuse_before: None,
+            congestion_before: None,
         };
+        let machine_congestion = congestion_control()?;
+        let congestion = congestion.unwrap_or(&machine_congestion).to_string();
+        if congestion != machine_congestion {
+            std::fs::write(CONGESTION, &congestion).with_context(|| {
+                format!(
+                    "setting TCP congestion control {congestion}: is it in /proc/sys/net/ipv4/tcp_available_congestion_control?"
+                )
+            })?;
+            world.congestion_before = Some(machine_congestion);
+        }
         run(&["ip", "netns", "add", &namespace])
             .context("creating a network namespace needs root")?;
         let before =
@@ -88,6 +112,12 @@ impl World {
             run(&full)
         };
         inside(&["ip", "link", "set", "lo", "up"])?;
+        // A new namespace may start from the kernel's default instead of the machine's setting.
+        inside(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv4.tcp_congestion_control={congestion}"),
+        ])?;
         inside(&[
             "ip",
             "addr",
@@ -124,6 +154,9 @@ impl Drop for World {
     fn drop(&mut self) {
         if let Some(before) = self.tw_reuse_before.take() {
             let _ = std::fs::write(TW_REUSE, before);
+        }
+        if let Some(before) = self.congestion_before.take() {
+            let _ = std::fs::write(CONGESTION, before);
         }
         if let Some(mut origin) = self.origin.take() {
             let _ = origin.kill();
