@@ -404,17 +404,21 @@ const UPSTREAM_READ_BUFFER: usize = 64 << 10;
 /// Tells a client which verdict the sidecar reached, on every answer it makes itself.
 pub const VERDICT_HEADER: HeaderName = HeaderName::from_static("x-af-verdict");
 
-/// The answer to a denied request: 403 and why, in words.
 /// A request whose host is neither a name nor an address: recorded as denied, answered 400.
 pub fn refuse_invalid_host(pending: Pending, shared: &Shared) -> Response<ProxyBody> {
     let reason = DenyReason::InvalidHost.to_string();
     pending.finish(&shared.log, Verdict::Deny, &reason, 0, 0);
-    plain(
+    let mut response = plain(
         StatusCode::BAD_REQUEST,
         "the host is not a valid name or address\n",
-    )
+    );
+    response
+        .headers_mut()
+        .insert(VERDICT_HEADER, HeaderValue::from_static("deny"));
+    response
 }
 
+/// The answer to a denied request: 403 and why, in words.
 pub fn denied(target: &Target, reason: &DenyReason) -> Response<ProxyBody> {
     let mut response = plain(
         StatusCode::FORBIDDEN,

@@ -563,7 +563,9 @@ fn hostile_clients_are_refused_and_others_still_served() {
         ] {
             let answer = exchange(addr(SIDECAR, 3128), request).await;
             assert!(
-                answer.starts_with("HTTP/1.1 400") && answer.contains("not a valid name"),
+                answer.starts_with("HTTP/1.1 400")
+                    && answer.contains("not a valid name")
+                    && answer.to_ascii_lowercase().contains("x-af-verdict: deny"),
                 "{answer}"
             );
         }
