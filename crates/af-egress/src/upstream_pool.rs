@@ -21,6 +21,11 @@ use crate::body::ProxyBody;
 /// costs a descriptor and a few KiB, for at most [`IDLE_FOR`].
 const IDLE_PER_ADDRESS: usize = 64;
 
+/// Idle connections kept across all addresses: beyond it a connection given back is closed, until
+/// the sweep or the next requests make room. Bounds the descriptors a burst to many addresses can
+/// hold idle, which the per-address cap alone does not.
+const IDLE_IN_ALL: usize = 512;
+
 /// An idle connection older than this is closed instead of reused: origins close idle
 /// connections after a few seconds to a minute, and a request sent on one just closed is wasted.
 const IDLE_FOR: Duration = Duration::from_secs(4);
@@ -37,9 +42,27 @@ impl Idle {
     }
 }
 
+/// The idle connections by address, and how many there are in all.
+#[derive(Default)]
+struct Kept {
+    by_address: HashMap<SocketAddr, Vec<Idle>>,
+    total: usize,
+}
+
+impl Kept {
+    /// Drops `addr`'s closed and stale connections; its list, if it has one.
+    fn usable(&mut self, addr: SocketAddr, now: Instant) -> Option<&mut Vec<Idle>> {
+        let list = self.by_address.get_mut(&addr)?;
+        let before = list.len();
+        list.retain(|i| i.usable_at(now));
+        self.total -= before - list.len();
+        Some(list)
+    }
+}
+
 #[derive(Default)]
 pub struct UpstreamPool {
-    idle: Mutex<HashMap<SocketAddr, Vec<Idle>>>,
+    idle: Mutex<Kept>,
 }
 
 impl std::fmt::Debug for UpstreamPool {
@@ -53,13 +76,15 @@ impl UpstreamPool {
     /// dropped on the way. (Only connections whose last exchange is over are given back, and
     /// nobody uses one while it is here, so an open one is ready.)
     pub fn take(&self, addr: SocketAddr) -> Option<SendRequest<ProxyBody>> {
-        let mut idle = self.lock();
-        let kept = idle.get_mut(&addr)?;
-        let now = Instant::now();
-        kept.retain(|i| i.usable_at(now));
-        let found = kept.pop().map(|idle| idle.sender);
-        if kept.is_empty() {
-            idle.remove(&addr);
+        let mut kept = self.lock();
+        let list = kept.usable(addr, Instant::now())?;
+        let found = list.pop().map(|idle| idle.sender);
+        let emptied = list.is_empty();
+        if found.is_some() {
+            kept.total -= 1;
+        }
+        if emptied {
+            kept.by_address.remove(&addr);
         }
         found
     }
@@ -72,14 +97,22 @@ impl UpstreamPool {
         if sender.is_closed() {
             return;
         }
-        let mut idle = self.lock();
-        let kept = idle.entry(addr).or_default();
         let now = Instant::now();
-        kept.retain(|i| i.usable_at(now));
-        if kept.len() >= IDLE_PER_ADDRESS {
-            kept.remove(0);
+        let mut kept = self.lock();
+        let has = kept.usable(addr, now).map_or(0, |list| list.len());
+        if has < IDLE_PER_ADDRESS && kept.total >= IDLE_IN_ALL {
+            // Full everywhere: this one is closed (dropped) rather than kept.
+            return;
         }
-        kept.push(Idle { sender, since: now });
+        let Kept { by_address, total } = &mut *kept;
+        let list = by_address.entry(addr).or_default();
+        if list.len() >= IDLE_PER_ADDRESS {
+            // The address's oldest makes room; the count stays.
+            list.remove(0);
+        } else {
+            *total += 1;
+        }
+        list.push(Idle { sender, since: now });
     }
 
     /// Closes every stale connection (dropping the last handle on a connection closes it).
@@ -87,19 +120,20 @@ impl UpstreamPool {
         prune(&mut self.lock());
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Vec<Idle>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
-fn prune(idle: &mut HashMap<SocketAddr, Vec<Idle>>) {
+fn prune(kept: &mut Kept) {
     let now = Instant::now();
-    idle.retain(|_, kept| {
-        kept.retain(|i| i.usable_at(now));
-        !kept.is_empty()
+    kept.by_address.retain(|_, list| {
+        list.retain(|i| i.usable_at(now));
+        !list.is_empty()
     });
+    kept.total = kept.by_address.values().map(Vec::len).sum();
 }
 
 /// Sweeps the sidecar's pool for ever, so that connections left idle when traffic stops are closed too.
@@ -150,6 +184,30 @@ mod tests {
             "{taken} connections kept"
         );
         assert!(pool.take(other).is_some(), "another address keeps its own");
+        assert_eq!(pool.lock().total, 0, "the count follows what is kept");
+    }
+
+    /// A burst to many addresses holds at most the pool's total; a connection taken makes room.
+    #[tokio::test]
+    async fn the_pool_holds_no_more_than_its_total_across_addresses() {
+        let pool = UpstreamPool::default();
+        let address =
+            |i: usize| SocketAddr::from(([203, 0, 113, (i % 250) as u8], 1000 + i as u16));
+        let mut far_ends = Vec::new();
+        for i in 0..IDLE_IN_ALL + 10 {
+            pool.give_back(address(i), open_sender(&mut far_ends).await);
+        }
+        assert_eq!(pool.lock().total, IDLE_IN_ALL);
+        let kept = (0..IDLE_IN_ALL + 10)
+            .filter(|&i| pool.take(address(i)).is_some())
+            .count();
+        assert_eq!(
+            kept, IDLE_IN_ALL,
+            "the first ones were kept, the last ten closed"
+        );
+        assert_eq!(pool.lock().total, 0);
+        pool.give_back(address(0), open_sender(&mut far_ends).await);
+        assert!(pool.take(address(0)).is_some(), "room again once taken");
     }
 
     #[tokio::test]
@@ -165,5 +223,6 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(pool.take(addr).is_none());
+        assert_eq!(pool.lock().total, 0);
     }
 }
