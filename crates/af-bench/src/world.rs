@@ -21,8 +21,9 @@ pub const UPSTREAM_DNS: &str = "203.0.113.53";
 const HOST_SIDE: &str = "203.0.113.1";
 
 pub struct World {
-    namespace: String,
-    host_link: String,
+    /// The namespace and this side's link, once made (so a failed start removes only what is).
+    namespace: Option<String>,
+    host_link: Option<String>,
     origin: Option<Child>,
     /// `tcp_tw_reuse` as it was before, to put back.
     tw_reuse_before: Option<String>,
@@ -63,8 +64,8 @@ impl World {
         let host_link = format!("afb{id}h");
         let origin_link = format!("afb{id}o");
         let mut world = World {
-            namespace: namespace.clone(),
-            host_link: host_link.clone(),
+            namespace: None,
+            host_link: None,
             origin: None,
             tw_reuse_before: None,
             congestion_before: None,
@@ -81,6 +82,7 @@ impl World {
         }
         run(&["ip", "netns", "add", &namespace])
             .context("creating a network namespace needs root")?;
+        world.namespace = Some(namespace.clone());
         let before =
             std::fs::read_to_string(TW_REUSE).with_context(|| format!("reading {TW_REUSE}"))?;
         std::fs::write(TW_REUSE, "1").with_context(|| format!("writing {TW_REUSE}"))?;
@@ -96,6 +98,7 @@ impl World {
             "name",
             &origin_link,
         ])?;
+        world.host_link = Some(host_link.clone());
         run(&["ip", "link", "set", &origin_link, "netns", &namespace])?;
         run(&[
             "ip",
@@ -162,11 +165,13 @@ impl Drop for World {
             let _ = origin.kill();
             let _ = origin.wait();
         }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.host_link])
-            .status();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.namespace])
-            .status();
+        if let Some(link) = self.host_link.take() {
+            let _ = Command::new("ip").args(["link", "del", &link]).status();
+        }
+        if let Some(namespace) = self.namespace.take() {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &namespace])
+                .status();
+        }
     }
 }
