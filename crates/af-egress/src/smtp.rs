@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::context::Shared;
 use crate::decision_log::Pending;
 use crate::policy::DenyReason;
+use crate::tls_capture;
 
 /// The longest command line accepted (RFC 5321 allows 512; extensions add a little).
 const MAX_LINE: usize = 2048;
@@ -185,20 +186,10 @@ async fn start_tls(
             .await
             .map_err(|e| e.to_string())
     };
-    match tokio::time::timeout(peer.shared.limits.client_hello_timeout(), handshake).await {
-        Ok(Ok(secured)) => Some(secured),
-        Ok(Err(err)) => {
-            record_tls(
-                peer,
-                &asked,
-                &format!(
-                    "tls handshake failed: {err}; a client must trust the environment's capture CA"
-                ),
-            );
-            None
-        }
-        Err(_) => {
-            record_tls(peer, &asked, "tls handshake timed out");
+    match tls_capture::bounded_handshake(peer.shared, handshake).await {
+        Ok(secured) => Some(secured),
+        Err(note) => {
+            record_tls(peer, &asked, &note);
             None
         }
     }

@@ -237,14 +237,9 @@ where
         Err(err) => return record(&format!("tls not captured: {err}")),
     };
     let handshake = tokio_rustls::TlsAcceptor::from(config).accept(Replayed::new(hello, client));
-    let tls = match tokio::time::timeout(shared.limits.client_hello_timeout(), handshake).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(err)) => {
-            return record(&format!(
-                "tls handshake failed: {err}; a client must trust the environment's capture CA"
-            ));
-        }
-        Err(_) => return record("tls handshake timed out"),
+    let tls = match bounded_handshake(&shared, handshake).await {
+        Ok(tls) => tls,
+        Err(note) => return record(&note),
     };
     let captured = Arc::new(captured);
     let service_shared = shared.clone();
@@ -261,6 +256,22 @@ where
         .await;
     if let Err(err) = served {
         tracing::debug!(error = %err, "captured TLS connection ended with an error");
+    }
+}
+
+/// A captured name's handshake, bounded by the ClientHello timeout: the secured stream, or the
+/// note its decision record carries — a client that fails it is told to trust the environment's
+/// capture CA. Shared by HTTPS capture and the SMTP sink's STARTTLS.
+pub async fn bounded_handshake<T, E: std::fmt::Display>(
+    shared: &Shared,
+    handshake: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(shared.limits.client_hello_timeout(), handshake).await {
+        Ok(Ok(secured)) => Ok(secured),
+        Ok(Err(err)) => Err(format!(
+            "tls handshake failed: {err}; a client must trust the environment's capture CA"
+        )),
+        Err(_) => Err("tls handshake timed out".to_string()),
     }
 }
 
