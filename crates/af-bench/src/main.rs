@@ -1,7 +1,9 @@
 //! `af-bench`: measured speed, as ratios against baselines run in the same invocation.
 //!
 //! - `af-bench proxy`: direct client→origin, through `af-proxy`, and through squid, for plain HTTP
-//!   and CONNECT, small and 1 MiB responses, 1 and 64 connections, keep-alive on and off.
+//!   and CONNECT, small and 1 MiB responses, 1 and 64 connections, keep-alive on and off; with
+//!   `--least-relay`, also through the least relay there can be (`least_relay.rs`), the floor
+//!   under both proxies.
 //! - `af-bench dns`: the sidecar's DNS responder against dnsmasq with the same upstream.
 //! - `af-bench up`: `af up` + `af down` against `docker compose up` + `down` of the same services.
 //! - `af-bench tickets`: afe's tickets through worker processes on PostgreSQL and Redis, against
@@ -13,6 +15,7 @@
 
 mod cpu;
 mod dnsload;
+mod least_relay;
 mod load;
 mod origin;
 mod proxies;
@@ -59,6 +62,12 @@ enum Command {
         /// first line of the output names: it decides how fast one connection moves 1 MiB.
         #[arg(long)]
         congestion_control: Option<String>,
+        /// Also measure each scenario through the least relay (a blocking thread per direction,
+        /// no decision, no parsing): a line under each scenario gives its rate and how it
+        /// compares with ours and squid. Where it is under 2x squid, the requests/s target's
+        /// squid branch is out of reach of any relay as simple as that one.
+        #[arg(long)]
+        least_relay: bool,
     },
     /// The sidecar's DNS responder against dnsmasq.
     Dns {
@@ -96,6 +105,12 @@ enum Command {
     /// (internal) The origin servers, run inside the benchmark's namespace.
     #[command(hide = true)]
     Origin,
+    /// (internal) The least relay, for `proxy --least-relay`.
+    #[command(hide = true)]
+    LeastRelay {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
 }
 
 fn main() -> Result<()> {
@@ -105,17 +120,20 @@ fn main() -> Result<()> {
         .build()?;
     match cli.command {
         Command::Origin => runtime.block_on(origin::serve()),
+        Command::LeastRelay { listen } => least_relay::serve(listen),
         Command::Proxy {
             seconds,
             only,
             rounds,
             congestion_control,
+            least_relay,
         } => {
             let _world = world::World::create(congestion_control.as_deref())?;
             runtime.block_on(proxy_bench(
                 Duration::from_secs_f64(seconds),
                 only.as_deref(),
                 rounds,
+                least_relay,
             ))
         }
         Command::Tickets {
@@ -180,13 +198,27 @@ fn added(proxied: &Measured, direct: &Measured, p: f64) -> f64 {
     (ms(proxied.percentile(p)) - ms(direct.percentile(p))).max(0.0)
 }
 
-async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Result<()> {
+async fn proxy_bench(
+    duration: Duration,
+    only: Option<&str>,
+    rounds: u32,
+    with_least_relay: bool,
+) -> Result<()> {
     let ours_port = proxies::free_port()?;
     let squid_port = proxies::free_port()?;
     let ours = proxies::start_ours(ours_port, None)?;
     let squid = proxies::start_squid(squid_port)?;
     let ours_addr: SocketAddr = format!("127.0.0.1:{ours_port}").parse()?;
     let squid_addr: SocketAddr = format!("127.0.0.1:{squid_port}").parse()?;
+    let least_relay = match with_least_relay {
+        true => {
+            let port = proxies::free_port()?;
+            let relay = proxies::start_least_relay(port)?;
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+            Some((relay, addr))
+        }
+        false => None,
+    };
 
     let mut scenarios = Vec::new();
     for tunnel in [false, true] {
@@ -211,7 +243,8 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
         concurrency: 4,
         keep_alive: true,
     };
-    for proxy in [None, Some(ours_addr), Some(squid_addr)] {
+    let relay_addr = least_relay.as_ref().map(|(_, addr)| *addr);
+    for proxy in [None, Some(ours_addr), Some(squid_addr), relay_addr] {
         load::run(proxy, warm, Duration::from_millis(300)).await;
     }
 
@@ -236,21 +269,25 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
     );
     let (mut met_rps, mut met_p99) = (0, 0);
     for scenario in &scenarios {
+        let mut routes = vec![
+            (None, None),
+            (Some(ours_addr), Some(ours.pid())),
+            (Some(squid_addr), Some(squid.pid())),
+        ];
+        if let Some((relay, addr)) = &least_relay {
+            routes.push((Some(*addr), Some(relay.pid())));
+        }
         let Rounds {
-            measured: [direct, with_ours, with_squid],
+            mut measured,
             spent,
             ratios: round_ratios,
-        } = measure_rounds(
-            *scenario,
-            [
-                (None, None),
-                (Some(ours_addr), Some(ours.pid())),
-                (Some(squid_addr), Some(squid.pid())),
-            ],
-            duration,
-            rounds,
-        )
-        .await;
+        } = measure_rounds(*scenario, &routes, duration, rounds).await;
+        let with_relay = (measured.len() > 3).then(|| measured.remove(3));
+        let [direct, with_ours, with_squid]: [Measured; 3] = measured
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("three routes measured"));
+        let relay_spent = spent.as_ref().and_then(|s| s.get(3).copied());
+        let spent: Option<[cpu::Spent; 3]> = spent.and_then(|s| s[..3].try_into().ok());
         let (d, o, s) = (
             direct.per_second(),
             with_ours.per_second(),
@@ -299,6 +336,13 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
             "",
             cpu_line(spent.as_ref(), [&direct, &with_ours, &with_squid])
         );
+        if let Some(relay) = &with_relay {
+            println!(
+                "{:<32} {}",
+                "",
+                least_relay_line(relay, relay_spent, [&direct, &with_ours, &with_squid])
+            );
+        }
     }
     let (ours_rss, squid_rss) = (ours.peak_rss()?, squid.peak_rss()?);
     println!(
@@ -316,30 +360,30 @@ async fn proxy_bench(duration: Duration, only: Option<&str>, rounds: u32) -> Res
 
 /// Each route's pooled measurement and CPU, and every round's ours/squid ratio.
 struct Rounds {
-    measured: [Measured; 3],
+    measured: Vec<Measured>,
     /// `None` when a counter could not be read in some round: a partial sum divided by every
     /// round's requests would understate the CPU per request.
-    spent: Option<[cpu::Spent; 3]>,
+    spent: Option<Vec<cpu::Spent>>,
     ratios: Vec<f64>,
 }
 
-/// Measures `scenario` through each of `routes` (direct, ours, squid: the address to send to and
-/// the process whose CPU to count) for `rounds` rounds, the order turning each round so that no
-/// route always runs first or last (a machine that slows down during the run shows in every
-/// column, not one).
+/// Measures `scenario` through each of `routes` (direct, ours, squid and perhaps the least relay:
+/// the address to send to and the process whose CPU to count) for `rounds` rounds, the order
+/// turning each round so that no route always runs first or last (a machine that slows down
+/// during the run shows in every column, not one).
 async fn measure_rounds(
     scenario: Scenario,
-    routes: [(Option<SocketAddr>, Option<u32>); 3],
+    routes: &[(Option<SocketAddr>, Option<u32>)],
     duration: Duration,
     rounds: u32,
 ) -> Rounds {
     let mut pooled = Rounds {
-        measured: Default::default(),
-        spent: Some(Default::default()),
+        measured: routes.iter().map(|_| Measured::default()).collect(),
+        spent: Some(routes.iter().map(|_| cpu::Spent::default()).collect()),
         ratios: Vec::new(),
     };
     for round in 0..rounds as usize {
-        let mut this_round: [Measured; 3] = Default::default();
+        let mut this_round: Vec<Measured> = routes.iter().map(|_| Measured::default()).collect();
         for step in 0..routes.len() {
             let route = (round + step) % routes.len();
             let (address, pid) = routes[route];
@@ -378,17 +422,47 @@ fn cpu_line(spent: Option<&[cpu::Spent; 3]>, measured: [&Measured; 3]) -> String
         .iter()
         .map(|s| format!("{:.0}", s.busy_share() * 100.0))
         .collect();
-    let bound = match spent[1].rate_without_proxy(ours.per_second()) {
-        Some(rate) => format!(
-            "a proxy costing nothing here: {:.0}/s, {:.2}x squid",
-            rate,
-            rate / squid.per_second().max(f64::MIN_POSITIVE)
+    let of_squid = |rate: f64| rate / squid.per_second().max(f64::MIN_POSITIVE);
+    let bound = match (
+        spent[1].rate_without_proxy(ours.per_second()),
+        spent[1].rate_without_proxy_code(ours.per_second()),
+    ) {
+        (Some(free), Some(code_free)) => format!(
+            "a proxy costing nothing here: {free:.0}/s, {:.2}x squid; ours with its own code free: {code_free:.0}/s, {:.2}x squid",
+            of_squid(free),
+            of_squid(code_free),
         ),
-        None => "not bounded by CPU: latency sets the rate".to_string(),
+        _ => "not bounded by CPU: latency sets the rate".to_string(),
+    };
+    let o_user = spent[1].user_per_request_us(ours.requests);
+    format!(
+        "CPU per request: {d_all:.1} us direct, {o_all:.1} ours (proxy {o_proxy:.1}, {o_user:.1} of it user space), {s_all:.1} squid (proxy {s_proxy:.1}); cores busy {} %; {bound}",
+        busy.join("/")
+    )
+}
+
+/// The least relay's rate against the three columns. Its ratio to squid is the one that matters:
+/// under 2, the target's squid branch is beyond a relay that does nothing but relay.
+fn least_relay_line(
+    relay: &Measured,
+    spent: Option<cpu::Spent>,
+    [direct, ours, squid]: [&Measured; 3],
+) -> String {
+    let rate = relay.per_second();
+    let ratio = |other: &Measured| rate / other.per_second().max(f64::MIN_POSITIVE);
+    let cpu = match spent {
+        Some(spent) => format!(
+            ", its own CPU {:.1} us per request",
+            spent.per_request_us(relay.requests).1
+        ),
+        None => String::new(),
     };
     format!(
-        "CPU per request: {d_all:.1} us direct, {o_all:.1} ours (proxy {o_proxy:.1}), {s_all:.1} squid (proxy {s_proxy:.1}); cores busy {} %; {bound}",
-        busy.join("/")
+        "least relay: {rate:.0}/s, {:.2}x squid, {:.2}x direct (ours is {:.2}x it); p50 added {:.3} ms{cpu}",
+        ratio(squid),
+        ratio(direct),
+        ours.per_second() / rate.max(f64::MIN_POSITIVE),
+        added(relay, direct, 0.5),
     )
 }
 
@@ -451,7 +525,7 @@ async fn dns_bench(duration: Duration) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{cpu_line, spread};
+    use super::{cpu_line, least_relay_line, spread};
     use crate::cpu::Spent;
     use crate::load::Measured;
 
@@ -467,14 +541,15 @@ mod tests {
             machine_busy: 1.9,
             machine_total: 2.0,
             proxy: 0.95,
+            proxy_user: 0.19,
         };
         let line = cpu_line(Some(&[busy; 3]), [&direct, &ours, &squid]);
         assert!(
-            line.starts_with("CPU per request: 475.0 us direct, 950.0 ours (proxy 475.0), 1900.0 squid (proxy 950.0); cores busy 95/95/95 %"),
+            line.starts_with("CPU per request: 475.0 us direct, 950.0 ours (proxy 475.0, 95.0 of it user space), 1900.0 squid (proxy 950.0); cores busy 95/95/95 %"),
             "{line}"
         );
         assert!(
-            line.ends_with("a proxy costing nothing here: 4000/s, 4.00x squid"),
+            line.ends_with("a proxy costing nothing here: 4000/s, 4.00x squid; ours with its own code free: 2222/s, 2.22x squid"),
             "{line}"
         );
         let idle = Spent {
@@ -487,6 +562,27 @@ mod tests {
             "{line}"
         );
         assert!(cpu_line(None, [&direct, &ours, &squid]).contains("not known"));
+    }
+
+    #[test]
+    fn the_least_relay_line_reads_the_relay_against_every_column() {
+        let run = |requests| Measured {
+            requests,
+            seconds: 1.0,
+            ..Measured::default()
+        };
+        let (direct, ours, squid, relay) = (run(4000), run(1500), run(1000), run(1600));
+        let spent = Spent {
+            machine_busy: 1.0,
+            machine_total: 2.0,
+            proxy: 0.08,
+            proxy_user: 0.01,
+        };
+        assert_eq!(
+            least_relay_line(&relay, Some(spent), [&direct, &ours, &squid]),
+            "least relay: 1600/s, 1.60x squid, 0.40x direct (ours is 0.94x it); p50 added 0.000 ms, its own CPU 50.0 us per request"
+        );
+        assert!(least_relay_line(&relay, None, [&direct, &ours, &squid]).ends_with("0.000 ms"));
     }
 
     #[test]

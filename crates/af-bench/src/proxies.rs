@@ -1,5 +1,6 @@
 //! The two proxies under test, started fresh for each run with equivalent allowlists: ours
-//! (`af-proxy serve`, a sibling of this binary) and squid (Debian's package).
+//! (`af-proxy serve`, a sibling of this binary) and squid (Debian's package); and, when asked
+//! for, the least relay as a floor to read both against.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -48,6 +49,14 @@ fn scratch(name: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// A started proxy, once it accepts connections on `port` (killed, and its directory removed, if
+/// it does not).
+fn serving(child: Child, dir: PathBuf, port: u16) -> Result<Proxy> {
+    let proxy = Proxy { child, dir };
+    crate::wait_for_port(&format!("127.0.0.1:{port}"))?;
+    Ok(proxy)
+}
+
 fn sibling_binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name(name);
@@ -82,9 +91,7 @@ pub fn start_ours(proxy_port: u16, dns_port: Option<u16>) -> Result<Proxy> {
         .stdin(Stdio::null())
         .spawn()
         .context("starting af-proxy")?;
-    let proxy = Proxy { child, dir };
-    crate::wait_for_port(&format!("127.0.0.1:{proxy_port}"))?;
-    Ok(proxy)
+    serving(child, dir, proxy_port)
 }
 
 /// squid with the same allowlist: the origin's name (resolved from a hosts file, as ours resolves
@@ -122,9 +129,19 @@ http_access deny all
         .stdin(Stdio::null())
         .spawn()
         .context("starting squid (apt-get install squid)")?;
-    let proxy = Proxy { child, dir };
-    crate::wait_for_port(&format!("127.0.0.1:{port}"))?;
-    Ok(proxy)
+    serving(child, dir, port)
+}
+
+/// The least relay (`least_relay.rs`): this binary again, as its own process so that its CPU is
+/// counted apart from the client's.
+pub fn start_least_relay(port: u16) -> Result<Proxy> {
+    let dir = scratch("least-relay")?;
+    let child = Command::new(std::env::current_exe()?)
+        .args(["least-relay", "--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting the least relay")?;
+    serving(child, dir, port)
 }
 
 /// dnsmasq answering the same way as our responder: outside names with one fixed address,
