@@ -5,11 +5,12 @@
 //! origin's port 80 byte for byte, the whole client connection over one origin connection, so
 //! a keep-alive client's requests are never read as requests at all.
 //!
-//! It is not a proxy anyone could deploy; it is the floor under every relay on this machine.
-//! With one client, where the rate is set by the wake-ups between the processes, no relay can wake
-//! fewer times than this one (one blocking read wakes it; no event loop in between). With many
-//! clients an event loop beats a thread per connection, so there the CPU line's bound is the
-//! better reference (docs/performance.md).
+//! It is not a proxy anyone could deploy (it decides nothing); it is a floor for one client with
+//! small messages, where the rate is set by the wake-ups between the processes and no relay can
+//! wake fewer times than this one (one blocking read wakes it; no event loop in between). It is
+//! not one elsewhere: with bulk, splicing beats its copying, and with many clients an event loop
+//! beats a thread per connection — there the CPU line's bounds are the better reference
+//! (docs/performance.md).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
