@@ -3,7 +3,8 @@
 //! - `af-bench proxy`: direct client→origin, through `af-proxy`, and through squid, for plain HTTP
 //!   and CONNECT, small and 1 MiB responses, 1 and 64 connections, keep-alive on and off; with
 //!   `--least-relay`, also through the least relay there can be (`least_relay.rs`), the floor
-//!   under both proxies.
+//!   under both proxies; with `--bare-hyper`, plain HTTP also through the least proxy hyper
+//!   makes (`bare_hyper.rs`), what the sidecar would cost without its own work.
 //! - `af-bench dns`: the sidecar's DNS responder against dnsmasq with the same upstream.
 //! - `af-bench up`: `af up` + `af down` against `docker compose up` + `down` of the same services.
 //! - `af-bench tickets`: afe's tickets through worker processes on PostgreSQL and Redis, against
@@ -13,6 +14,7 @@
 //! packages). Nothing leaves the machine: the origin and the upstream resolver sit at TEST-NET
 //! addresses in the benchmark's own namespace.
 
+mod bare_hyper;
 mod cpu;
 mod dnsload;
 mod least_relay;
@@ -68,6 +70,11 @@ enum Command {
         /// squid branch is out of reach of any relay as simple as that one.
         #[arg(long)]
         least_relay: bool,
+        /// Also measure each plain-HTTP scenario through the least proxy hyper makes (hyper's
+        /// server and client, nothing else: no decision, no log, no timeouts): the distance from
+        /// ours to it is what the sidecar's own work per request costs.
+        #[arg(long)]
+        bare_hyper: bool,
     },
     /// The sidecar's DNS responder against dnsmasq.
     Dns {
@@ -111,6 +118,12 @@ enum Command {
         #[arg(long)]
         listen: SocketAddr,
     },
+    /// (internal) The least proxy hyper makes, for `proxy --bare-hyper`.
+    #[command(hide = true)]
+    BareHyper {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
 }
 
 fn main() -> Result<()> {
@@ -121,19 +134,25 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Origin => runtime.block_on(origin::serve()),
         Command::LeastRelay { listen } => least_relay::serve(listen),
+        Command::BareHyper { listen } => runtime.block_on(bare_hyper::serve(listen)),
         Command::Proxy {
             seconds,
             only,
             rounds,
             congestion_control,
             least_relay,
+            bare_hyper,
         } => {
             let _world = world::World::create(congestion_control.as_deref())?;
+            let references = [(least_relay, &LEAST_RELAY), (bare_hyper, &BARE_HYPER)]
+                .into_iter()
+                .filter_map(|(wanted, kind)| wanted.then_some(kind))
+                .collect();
             runtime.block_on(proxy_bench(
                 Duration::from_secs_f64(seconds),
                 only.as_deref(),
                 rounds,
-                least_relay,
+                references,
             ))
         }
         Command::Tickets {
@@ -198,11 +217,40 @@ fn added(proxied: &Measured, direct: &Measured, p: f64) -> f64 {
     (ms(proxied.percentile(p)) - ms(direct.percentile(p))).max(0.0)
 }
 
+/// A relay measured beside the two proxies, to read them against.
+struct ReferenceKind {
+    /// Its `af-bench` subcommand.
+    subcommand: &'static str,
+    /// How its line starts.
+    label: &'static str,
+    /// Whether it serves CONNECT; one that does not is left out of the tunnel scenarios.
+    tunnels: bool,
+}
+
+const LEAST_RELAY: ReferenceKind = ReferenceKind {
+    subcommand: "least-relay",
+    label: "least relay",
+    tunnels: true,
+};
+
+const BARE_HYPER: ReferenceKind = ReferenceKind {
+    subcommand: "bare-hyper",
+    label: "bare hyper proxy",
+    tunnels: false,
+};
+
+/// A started reference relay.
+struct Reference {
+    kind: &'static ReferenceKind,
+    proxy: proxies::Proxy,
+    addr: SocketAddr,
+}
+
 async fn proxy_bench(
     duration: Duration,
     only: Option<&str>,
     rounds: u32,
-    with_least_relay: bool,
+    reference_kinds: Vec<&'static ReferenceKind>,
 ) -> Result<()> {
     let ours_port = proxies::free_port()?;
     let squid_port = proxies::free_port()?;
@@ -210,15 +258,15 @@ async fn proxy_bench(
     let squid = proxies::start_squid(squid_port)?;
     let ours_addr: SocketAddr = format!("127.0.0.1:{ours_port}").parse()?;
     let squid_addr: SocketAddr = format!("127.0.0.1:{squid_port}").parse()?;
-    let least_relay = match with_least_relay {
-        true => {
-            let port = proxies::free_port()?;
-            let relay = proxies::start_least_relay(port)?;
-            let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-            Some((relay, addr))
-        }
-        false => None,
-    };
+    let mut references = Vec::new();
+    for kind in reference_kinds {
+        let port = proxies::free_port()?;
+        references.push(Reference {
+            kind,
+            proxy: proxies::start_reference(kind.subcommand, port)?,
+            addr: format!("127.0.0.1:{port}").parse()?,
+        });
+    }
 
     let mut scenarios = Vec::new();
     for tunnel in [false, true] {
@@ -243,8 +291,10 @@ async fn proxy_bench(
         concurrency: 4,
         keep_alive: true,
     };
-    let relay_addr = least_relay.as_ref().map(|(_, addr)| *addr);
-    for proxy in [None, Some(ours_addr), Some(squid_addr), relay_addr] {
+    let warmed = [None, Some(ours_addr), Some(squid_addr)]
+        .into_iter()
+        .chain(references.iter().map(|r| Some(r.addr)));
+    for proxy in warmed {
         load::run(proxy, warm, Duration::from_millis(300)).await;
     }
 
@@ -274,19 +324,27 @@ async fn proxy_bench(
             (Some(ours_addr), Some(ours.pid())),
             (Some(squid_addr), Some(squid.pid())),
         ];
-        if let Some((relay, addr)) = &least_relay {
-            routes.push((Some(*addr), Some(relay.pid())));
-        }
+        let measured_references: Vec<&Reference> = references
+            .iter()
+            .filter(|r| r.kind.tunnels || !scenario.tunnel)
+            .collect();
+        routes.extend(
+            measured_references
+                .iter()
+                .map(|r| (Some(r.addr), Some(r.proxy.pid()))),
+        );
         let Rounds {
             mut measured,
             spent,
             ratios: round_ratios,
         } = measure_rounds(*scenario, &routes, duration, rounds).await;
-        let with_relay = (measured.len() > 3).then(|| measured.remove(3));
+        let through_references = measured.split_off(3);
         let [direct, with_ours, with_squid]: [Measured; 3] = measured
             .try_into()
             .unwrap_or_else(|_| unreachable!("three routes measured"));
-        let relay_spent = spent.as_ref().and_then(|s| s.get(3).copied());
+        let references_spent: Vec<Option<cpu::Spent>> = (3..routes.len())
+            .map(|i| spent.as_ref().map(|s| s[i]))
+            .collect();
         let spent: Option<[cpu::Spent; 3]> = spent.and_then(|s| s[..3].try_into().ok());
         let (d, o, s) = (
             direct.per_second(),
@@ -336,11 +394,20 @@ async fn proxy_bench(
             "",
             cpu_line(spent.as_ref(), [&direct, &with_ours, &with_squid])
         );
-        if let Some(relay) = &with_relay {
+        for ((reference, through), spent) in measured_references
+            .iter()
+            .zip(&through_references)
+            .zip(references_spent)
+        {
             println!(
                 "{:<32} {}",
                 "",
-                least_relay_line(relay, relay_spent, [&direct, &with_ours, &with_squid])
+                reference_line(
+                    reference.kind.label,
+                    through,
+                    spent,
+                    [&direct, &with_ours, &with_squid]
+                )
             );
         }
     }
@@ -441,9 +508,11 @@ fn cpu_line(spent: Option<&[cpu::Spent; 3]>, measured: [&Measured; 3]) -> String
     )
 }
 
-/// The least relay's rate against the three columns. Its ratio to squid is the one that matters:
-/// under 2, the target's squid branch is beyond a relay that does nothing but relay.
-fn least_relay_line(
+/// A reference relay's rate against the three columns. For the least relay the ratio to squid is
+/// the one that matters (under 2, the target's squid branch is beyond a relay that does nothing
+/// but relay); for the bare hyper proxy, ours against it.
+fn reference_line(
+    label: &str,
     relay: &Measured,
     spent: Option<cpu::Spent>,
     [direct, ours, squid]: [&Measured; 3],
@@ -458,7 +527,7 @@ fn least_relay_line(
         None => String::new(),
     };
     format!(
-        "least relay: {rate:.0}/s, {:.2}x squid, {:.2}x direct (ours is {:.2}x it); added p50 {:.3} ms, p99 {:.3} ms{cpu}",
+        "{label}: {rate:.0}/s, {:.2}x squid, {:.2}x direct (ours is {:.2}x it); added p50 {:.3} ms, p99 {:.3} ms{cpu}",
         ratio(squid),
         ratio(direct),
         ours.per_second() / rate.max(f64::MIN_POSITIVE),
@@ -528,7 +597,7 @@ async fn dns_bench(duration: Duration) -> Result<()> {
 mod tests {
     use std::time::Duration;
 
-    use super::{cpu_line, least_relay_line, spread};
+    use super::{cpu_line, reference_line, spread};
     use crate::cpu::Spent;
     use crate::load::Measured;
 
@@ -568,7 +637,7 @@ mod tests {
     }
 
     #[test]
-    fn the_least_relay_line_reads_the_relay_against_every_column() {
+    fn a_reference_line_reads_the_relay_against_every_column() {
         let run = |requests| Measured {
             requests,
             seconds: 1.0,
@@ -589,10 +658,12 @@ mod tests {
             proxy_user: 0.01,
         };
         assert_eq!(
-            least_relay_line(&relay, Some(spent), [&direct, &ours, &squid]),
+            reference_line("least relay", &relay, Some(spent), [&direct, &ours, &squid]),
             "least relay: 1600/s, 1.60x squid, 0.40x direct (ours is 0.94x it); added p50 0.020 ms, p99 0.900 ms, its own CPU 50.0 us per request"
         );
-        assert!(least_relay_line(&relay, None, [&direct, &ours, &squid]).ends_with("p99 0.900 ms"));
+        let line = reference_line("bare hyper proxy", &relay, None, [&direct, &ours, &squid]);
+        assert!(line.starts_with("bare hyper proxy: 1600/s"), "{line}");
+        assert!(line.ends_with("p99 0.900 ms"), "{line}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The two proxies under test, started fresh for each run with equivalent allowlists: ours
 //! (`af-proxy serve`, a sibling of this binary) and squid (Debian's package); and, when asked
-//! for, the least relay as a floor to read both against.
+//! for, reference relays to read both against.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -132,15 +132,15 @@ http_access deny all
     serving(child, dir, port)
 }
 
-/// The least relay (`least_relay.rs`): this binary again, as its own process so that its CPU is
-/// counted apart from the client's.
-pub fn start_least_relay(port: u16) -> Result<Proxy> {
-    let dir = scratch("least-relay")?;
+/// A reference relay (`least_relay.rs`, `bare_hyper.rs`): this binary again, run as `subcommand`,
+/// a process of its own so that its CPU is counted apart from the client's.
+pub fn start_reference(subcommand: &str, port: u16) -> Result<Proxy> {
+    let dir = scratch(subcommand)?;
     let child = Command::new(std::env::current_exe()?)
-        .args(["least-relay", "--listen", &format!("127.0.0.1:{port}")])
+        .args([subcommand, "--listen", &format!("127.0.0.1:{port}")])
         .stdin(Stdio::null())
         .spawn()
-        .context("starting the least relay")?;
+        .with_context(|| format!("starting af-bench {subcommand}"))?;
     serving(child, dir, port)
 }
 
