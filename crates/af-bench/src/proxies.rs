@@ -1,4 +1,4 @@
-//! The two proxies under test, started fresh for each run with equivalent allowlists: ours
+//! The two proxies under test, started fresh (for each scenario) with equivalent allowlists: ours
 //! (`af-proxy serve`, a sibling of this binary) and squid (Debian's package); and, when asked
 //! for, reference relays to read both against.
 
