@@ -75,11 +75,21 @@ enum Command {
         /// ours to it is what the sidecar's own work per request costs.
         #[arg(long)]
         bare_hyper: bool,
+        /// The sidecar binary to measure (default: the af-proxy next to this binary). The
+        /// engine image carries the static build `scripts/build-engine` prints; a dynamically
+        /// linked one's RSS also counts shared libraries' pages.
+        #[arg(long, env = "AF_PROXY_BINARY")]
+        sidecar: Option<std::path::PathBuf>,
     },
     /// The sidecar's DNS responder against dnsmasq.
     Dns {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// The sidecar binary to measure (default: the af-proxy next to this binary). The
+        /// engine image carries the static build `scripts/build-engine` prints; a dynamically
+        /// linked one's RSS also counts shared libraries' pages.
+        #[arg(long, env = "AF_PROXY_BINARY")]
+        sidecar: Option<std::path::PathBuf>,
     },
     /// `af up` + `af down` against docker compose with the same services.
     Up {
@@ -142,13 +152,16 @@ fn main() -> Result<()> {
             congestion_control,
             least_relay,
             bare_hyper,
+            sidecar,
         } => {
+            let sidecar = proxies::sidecar_binary(sidecar)?;
             let _world = world::World::create(congestion_control.as_deref())?;
             let references = [(least_relay, &LEAST_RELAY), (bare_hyper, &BARE_HYPER)]
                 .into_iter()
                 .filter_map(|(wanted, kind)| wanted.then_some(kind))
                 .collect();
             runtime.block_on(proxy_bench(
+                &sidecar,
                 Duration::from_secs_f64(seconds),
                 only.as_deref(),
                 rounds,
@@ -189,9 +202,10 @@ fn main() -> Result<()> {
             })?;
             up::run(&af, &image, services, rounds)
         }
-        Command::Dns { seconds } => {
+        Command::Dns { seconds, sidecar } => {
+            let sidecar = proxies::sidecar_binary(sidecar)?;
             let _world = world::World::create(None)?;
-            runtime.block_on(dns_bench(Duration::from_secs_f64(seconds)))
+            runtime.block_on(dns_bench(&sidecar, Duration::from_secs_f64(seconds)))
         }
     }
 }
@@ -247,6 +261,7 @@ struct Reference {
 }
 
 async fn proxy_bench(
+    sidecar: &std::path::Path,
     duration: Duration,
     only: Option<&str>,
     rounds: u32,
@@ -288,6 +303,7 @@ async fn proxy_bench(
         duration.as_secs_f64(),
         world::congestion_control().unwrap_or_else(|e| format!("unknown ({e})"))
     );
+    println!("{}", sidecar_line(sidecar)?);
     println!(
         "{:<32} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>6} | {:>6}",
         "scenario",
@@ -309,7 +325,7 @@ async fn proxy_bench(
         // scenario's: the target is per scenario, and an allocator keeps what an earlier one
         // grew to.
         let (ours_port, squid_port) = (proxies::free_port()?, proxies::free_port()?);
-        let ours = proxies::start_ours(ours_port, None)?;
+        let ours = proxies::start_ours(sidecar, ours_port, None)?;
         let squid = proxies::start_squid(squid_port)?;
         let ours_addr: SocketAddr = format!("127.0.0.1:{ours_port}").parse()?;
         let squid_addr: SocketAddr = format!("127.0.0.1:{squid_port}").parse()?;
@@ -427,6 +443,15 @@ async fn proxy_bench(
 }
 
 /// One light run through `proxy` (none: direct), so that no measurement pays for first-use costs.
+/// Which sidecar binary is measured, and how it is linked.
+fn sidecar_line(sidecar: &std::path::Path) -> Result<String> {
+    Ok(format!(
+        "sidecar: {} ({})",
+        sidecar.display(),
+        proxies::linkage(sidecar)?
+    ))
+}
+
 async fn warm_up(proxy: Option<SocketAddr>) {
     let warm = Scenario {
         tunnel: false,
@@ -582,10 +607,10 @@ fn spread(ratios: &[f64]) -> String {
     format!("; ours/squid by round {low:.2}-{high:.2}")
 }
 
-async fn dns_bench(duration: Duration) -> Result<()> {
+async fn dns_bench(sidecar: &std::path::Path, duration: Duration) -> Result<()> {
     let ours_port = proxies::free_port()?;
     let dnsmasq_port = proxies::free_port()?;
-    let _ours = proxies::start_ours(proxies::free_port()?, Some(ours_port))?;
+    let _ours = proxies::start_ours(sidecar, proxies::free_port()?, Some(ours_port))?;
     let _dnsmasq = proxies::start_dnsmasq(dnsmasq_port)?;
     let ours_addr: SocketAddr = format!("127.0.0.1:{ours_port}").parse()?;
     let dnsmasq_addr: SocketAddr = format!("127.0.0.1:{dnsmasq_port}").parse()?;
@@ -593,6 +618,7 @@ async fn dns_bench(duration: Duration) -> Result<()> {
         "af-bench dns: {} s per measurement, 64 queries in flight, upstream at 203.0.113.53 behind a veth",
         duration.as_secs_f64()
     );
+    println!("{}", sidecar_line(sidecar)?);
     println!(
         "{:<44} {:>12} {:>12} {:>8} {:>14}",
         "scenario", "ours q/s", "dnsmasq q/s", "ratio", "lost ours/dm"

@@ -1,5 +1,5 @@
 //! The two proxies under test, started fresh (for each scenario) with equivalent allowlists: ours
-//! (`af-proxy serve`, a sibling of this binary) and squid (Debian's package); and, when asked
+//! (`af-proxy serve`: the static build when given, else a sibling of this binary) and squid (Debian's package); and, when asked
 //! for, reference relays to read both against.
 
 use std::path::PathBuf;
@@ -57,20 +57,66 @@ fn serving(child: Child, dir: PathBuf, port: u16) -> Result<Proxy> {
     Ok(proxy)
 }
 
-fn sibling_binary(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let path = exe.with_file_name(name);
+/// The sidecar under test: the binary given (`--sidecar` or `AF_PROXY_BINARY`, which is what
+/// `scripts/build-engine` prints: the static build the engine image carries), or else the
+/// `af-proxy` built next to this binary.
+pub fn sidecar_binary(given: Option<PathBuf>) -> Result<PathBuf> {
+    let path = match given {
+        Some(path) => path,
+        None => std::env::current_exe()?.with_file_name("af-proxy"),
+    };
     if !path.exists() {
         bail!(
-            "{} is missing: build it first (cargo build --release -p af-proxy -p af-bench)",
+            "{} is missing: build it first (AF_PROXY_BINARY=$(scripts/build-engine), or cargo build --release -p af-proxy -p af-bench)",
             path.display()
         );
     }
     Ok(path)
 }
 
-/// Our sidecar with the proxy listener (and, for the DNS benchmark, the DNS listener).
-pub fn start_ours(proxy_port: u16, dns_port: Option<u16>) -> Result<Proxy> {
+/// How the sidecar under test is linked, for the first line of a benchmark: a dynamically linked
+/// build's resident size also counts the shared libraries' pages it touches, which the static
+/// build the engine image carries does not have.
+pub fn linkage(path: &std::path::Path) -> Result<&'static str> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path)?
+        .take(64 * 1024)
+        .read_to_end(&mut head)?;
+    Ok(match has_interpreter(&head) {
+        Some(false) => "static, as the engine image carries it",
+        Some(true) => {
+            "dynamically linked: its RSS counts shared libraries' pages the engine image's static build does not have (AF_PROXY_BINARY=$(scripts/build-engine))"
+        }
+        None => "not an ELF executable this benchmark can read",
+    })
+}
+
+/// Whether a 64-bit little-endian ELF image names a program interpreter (`PT_INTERP`), i.e. is
+/// dynamically linked; `None` when `head` (the file's first bytes) is not one or is too short.
+fn has_interpreter(head: &[u8]) -> Option<bool> {
+    const PT_INTERP: u32 = 3;
+    if head.get(..5)? != b"\x7fELF\x02" {
+        return None;
+    }
+    let u16_at = |at: usize| Some(u16::from_le_bytes(head.get(at..at + 2)?.try_into().ok()?));
+    let phoff = usize::try_from(u64::from_le_bytes(head.get(0x20..0x28)?.try_into().ok()?)).ok()?;
+    let (entry_size, entries) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
+    let mut interpreter = false;
+    for index in 0..entries {
+        let at = phoff + index * entry_size;
+        let kind = u32::from_le_bytes(head.get(at..at + 4)?.try_into().ok()?);
+        interpreter |= kind == PT_INTERP;
+    }
+    Some(interpreter)
+}
+
+/// Our sidecar (`binary`) with the proxy listener (and, for the DNS benchmark, the DNS listener).
+pub fn start_ours(
+    binary: &std::path::Path,
+    proxy_port: u16,
+    dns_port: Option<u16>,
+) -> Result<Proxy> {
     let dir = scratch("ours")?;
     let dns = match dns_port {
         Some(port) => format!(
@@ -84,7 +130,7 @@ pub fn start_ours(proxy_port: u16, dns_port: Option<u16>) -> Result<Proxy> {
     );
     let path = dir.join("sidecar.yaml");
     std::fs::write(&path, config)?;
-    let child = Command::new(sibling_binary("af-proxy")?)
+    let child = Command::new(binary)
         .args(["serve", "--config"])
         .arg(&path)
         .env("RUST_LOG", "warn")
@@ -175,4 +221,42 @@ pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_interpreter;
+
+    /// An ELF header whose program headers (56 bytes each, right after it) have these types.
+    fn elf_with(kinds: &[u32]) -> Vec<u8> {
+        let mut image = vec![0u8; 64];
+        image[..5].copy_from_slice(b"\x7fELF\x02");
+        image[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        image[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        image[0x38..0x3a].copy_from_slice(&u16::try_from(kinds.len()).unwrap().to_le_bytes());
+        for kind in kinds {
+            let mut entry = vec![0u8; 56];
+            entry[..4].copy_from_slice(&kind.to_le_bytes());
+            image.extend(entry);
+        }
+        image
+    }
+
+    #[test]
+    fn an_executable_is_dynamically_linked_when_it_names_an_interpreter() {
+        const PT_LOAD: u32 = 1;
+        const PT_INTERP: u32 = 3;
+        assert_eq!(has_interpreter(&elf_with(&[PT_LOAD, PT_LOAD])), Some(false));
+        assert_eq!(
+            has_interpreter(&elf_with(&[PT_LOAD, PT_INTERP])),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_whole_elf_header_is_not_judged() {
+        assert_eq!(has_interpreter(b"#!/bin/sh\n"), None);
+        let image = elf_with(&[3]);
+        assert_eq!(has_interpreter(&image[..image.len() - 60]), None);
+    }
 }
