@@ -63,10 +63,12 @@ pub async fn read_hello<S: AsyncRead + Unpin>(
                 HelloRead::Complete { server_name } => return Ok(server_name),
                 HelloRead::NotTls(_) => return Err(DenyReason::NotTls),
                 HelloRead::NeedMore => {
-                    let mut chunk = [0u8; 4096];
-                    match stream.read(&mut chunk).await {
+                    // Straight into `bytes`: a chunk array here would be part of the state of
+                    // every tunnel's task for as long as the tunnel lives.
+                    bytes.reserve(4096);
+                    match stream.read_buf(&mut bytes).await {
                         Ok(0) | Err(_) => return Err(DenyReason::NotTls),
-                        Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+                        Ok(_) => {}
                     }
                 }
             }

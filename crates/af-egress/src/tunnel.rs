@@ -226,6 +226,10 @@ async fn relay_to<C>(
             return pending.finish(&shared.log, Verdict::Allow, rule, 0, 0);
         }
     }
+    // Let go of both before the tunnel's long relay: `rest` may hold the whole of hyper's read
+    // buffer for this connection (8 KiB or more) however few bytes are left in it.
+    let first_bytes = (already_read.len() + rest.len()) as u64;
+    drop((already_read, rest));
     let moved = match client {
         Ok(mut socket) => splice::relay(&mut socket, &mut upstream).await,
         Err(mut client) => {
@@ -239,7 +243,7 @@ async fn relay_to<C>(
         }
     };
     let (up, down) = moved.unwrap_or((0, 0));
-    let up = up + (already_read.len() + rest.len()) as u64;
+    let up = up + first_bytes;
     shared.metrics.bytes(up, down);
     pending.finish(&shared.log, Verdict::Allow, rule, up, down);
 }
