@@ -15,7 +15,8 @@ use crate::error::{DockerError, platform};
 
 pub const REPOSITORY: &str = "antifailure/proxy";
 
-/// Where the static binary is: `AF_PROXY_BINARY`, or the static build beside this workspace's.
+/// Where the static binary is: `AF_PROXY_BINARY`, or the static build (`scripts/build-engine`)
+/// beside this workspace's.
 pub fn locate_binary() -> Result<PathBuf, DockerError> {
     if let Ok(path) = std::env::var("AF_PROXY_BINARY") {
         return Ok(PathBuf::from(path));
@@ -24,7 +25,7 @@ pub fn locate_binary() -> Result<PathBuf, DockerError> {
     let candidates: Vec<PathBuf> = exe
         .ancestors()
         .filter(|dir| dir.ends_with("target"))
-        .map(|target| target.join("x86_64-unknown-linux-gnu/release/af-proxy"))
+        .map(|target| target.join("x86_64-unknown-linux-gnu/sidecar/af-proxy"))
         .collect();
     candidates.into_iter().find(|p| p.exists()).ok_or_else(|| DockerError::EngineImage {
         detail: "no static af-proxy binary: build it with `scripts/build-engine` or set AF_PROXY_BINARY (or AF_PROXY_IMAGE to an image that has it)".to_string(),

@@ -17,6 +17,7 @@
 //! route was seen denied.
 
 mod cron;
+mod log_filter;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -196,13 +197,19 @@ impl TargetArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let (log_filter, unreadable) =
+        log_filter::from_setting(std::env::var("RUST_LOG").ok().as_deref());
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(log_filter)
+            .init();
+    }
+    if let Some(warning) = unreadable {
+        tracing::warn!("{warning}");
+    }
     match cli.command {
         Command::Serve {
             config,
