@@ -398,8 +398,12 @@ pub(crate) async fn capture(
     answer
 }
 
-/// The most an upstream connection buffers while reading a response.
-const UPSTREAM_READ_BUFFER: usize = 64 << 10;
+/// The most an upstream connection buffers while reading a response. While a chunk read into it
+/// is still queued for the client, hyper's next read takes a new buffer, so a large response holds
+/// about twice this per connection: at 64 clients of 1 MiB responses, 64 KiB made the sidecar's
+/// peak 16 MiB and a quarter of squid's or more, 32 KiB makes it 12.8 at some 10-20 % fewer
+/// requests/s (still 4-5x squid's), 16 KiB 10 MiB at a third fewer (docs/performance.md).
+const UPSTREAM_READ_BUFFER: usize = 32 << 10;
 
 /// Tells a client which verdict the sidecar reached, on every answer it makes itself.
 pub const VERDICT_HEADER: HeaderName = HeaderName::from_static("x-af-verdict");
