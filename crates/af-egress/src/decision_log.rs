@@ -1,6 +1,15 @@
 //! The decision log: one JSON line per decision, in a bounded on-disk ring (two halves, the older
 //! one dropped when the newer fills), so a long-running environment cannot fill the disk. Live
-//! followers get each record as it is written.
+//! followers get each record as it is made.
+//!
+//! Lines are written in batches, not one by one: a decision waits in memory until the sidecar's
+//! writer task, which wakes every [`FLUSH_INTERVAL`], writes what has gathered, or until [`FLUSH_BYTES`] of them
+//! have, or until someone reads the log (a query writes first, so it sees every decision made
+//! before it). Appending one line to a file cost about 8 µs of the sidecar's CPU per request
+//! (the file system updates the file's times and journals it on every write) and sat between
+//! hyper buffering a response and sending it; a batch costs that once (as Envoy's and nginx's
+//! buffered access logs do). What a hard kill of the sidecar can lose is the last interval's
+//! lines; a normal stop writes them.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -8,17 +17,37 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use af_runtime::{DecisionQuery, DecisionRecord, Verdict};
 use tokio::sync::broadcast;
 
 use crate::config::LogConfig;
 
-/// The current half of the ring and its size.
+/// The longest a decision waits in memory before the writer thread writes it.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Decisions waiting to be written are written at once when they reach this size.
+const FLUSH_BYTES: usize = 64 << 10;
+
+/// The current half of the ring, its size (counting the lines not yet written) and those lines.
 struct Current {
     file: File,
     size: u64,
+    unwritten: Vec<u8>,
+}
+
+impl Current {
+    /// Writes the lines waiting in memory to the current half. A batch that cannot be written is
+    /// dropped (and the error returned to be reported), so a failing disk cannot grow memory.
+    fn write_unwritten(&mut self) -> io::Result<()> {
+        if self.unwritten.is_empty() {
+            return Ok(());
+        }
+        let written = self.file.write_all(&self.unwritten);
+        self.unwritten.clear();
+        written
+    }
 }
 
 struct Inner {
@@ -29,6 +58,28 @@ struct Inner {
     current: Mutex<Current>,
     live: broadcast::Sender<DecisionRecord>,
     counts: Mutex<BTreeMap<(String, Verdict), u64>>,
+}
+
+impl Inner {
+    fn flush(&self) -> io::Result<()> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .write_unwritten()
+    }
+
+    fn report(&self, err: &io::Error) {
+        tracing::error!(error = %err, path = %self.path.display(), "cannot write the decision log");
+    }
+}
+
+impl Drop for Inner {
+    /// The last handle gone (the sidecar stopping): what is waiting is written.
+    fn drop(&mut self) {
+        if let Err(err) = self.flush() {
+            self.report(&err);
+        }
+    }
 }
 
 /// A handle to the log; cheap to clone.
@@ -44,6 +95,9 @@ impl std::fmt::Debug for DecisionLog {
 }
 
 impl DecisionLog {
+    /// Opens (or creates) the log at the configured path. Its lines are written when they fill a
+    /// batch, when it is read, flushed or dropped, and, once [`DecisionLog::write_every_interval`]
+    /// runs, at least every [`FLUSH_INTERVAL`].
     pub fn open(config: &LogConfig) -> io::Result<DecisionLog> {
         if let Some(parent) = config.path.parent() {
             std::fs::create_dir_all(parent)?;
@@ -55,14 +109,19 @@ impl DecisionLog {
         let size = file.metadata()?.len();
         let mut older = config.path.clone().into_os_string();
         older.push(".1");
-        Ok(DecisionLog(Arc::new(Inner {
+        let inner = Arc::new(Inner {
             path: config.path.clone(),
             older: older.into(),
             half_bytes: config.max_bytes / 2,
-            current: Mutex::new(Current { file, size }),
+            current: Mutex::new(Current {
+                file,
+                size,
+                unwritten: Vec::new(),
+            }),
             live: broadcast::channel(1024).0,
             counts: Mutex::new(BTreeMap::new()),
-        })))
+        });
+        Ok(DecisionLog(inner))
     }
 
     /// Writes one record. A record that cannot be written is reported on the sidecar's own
@@ -71,7 +130,7 @@ impl DecisionLog {
     pub fn record(&self, record: DecisionRecord) {
         let inner = &self.0;
         if let Err(err) = self.append(&record) {
-            tracing::error!(error = %err, path = %inner.path.display(), "cannot write the decision log");
+            inner.report(&err);
         }
         *inner
             .counts
@@ -89,7 +148,8 @@ impl DecisionLog {
         line.push(b'\n');
         let mut current = inner.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current.size + line.len() as u64 > inner.half_bytes && current.size > 0 {
-            // The ring turns: the current half becomes the older one, replacing it.
+            // The ring turns: the current half, finished, becomes the older one, replacing it.
+            current.write_unwritten()?;
             std::fs::rename(&inner.path, &inner.older)?;
             current.file = OpenOptions::new()
                 .create(true)
@@ -97,13 +157,33 @@ impl DecisionLog {
                 .open(&inner.path)?;
             current.size = 0;
         }
-        current.file.write_all(&line)?;
+        current.unwritten.extend_from_slice(&line);
         current.size += line.len() as u64;
+        if current.unwritten.len() >= FLUSH_BYTES {
+            current.write_unwritten()?;
+        }
         Ok(())
     }
 
-    /// The stored records that match, oldest first.
+    /// Writes every decision made so far to the file.
+    pub fn flush(&self) -> io::Result<()> {
+        self.0.flush()
+    }
+
+    /// The sidecar's writer task: every [`FLUSH_INTERVAL`], writes what has gathered. Runs for
+    /// as long as the sidecar does.
+    pub async fn write_every_interval(self) {
+        loop {
+            tokio::time::sleep(FLUSH_INTERVAL).await;
+            if let Err(err) = self.0.flush() {
+                self.0.report(&err);
+            }
+        }
+    }
+
+    /// The stored records that match, oldest first (every decision made before the call).
     pub fn query(&self, query: &DecisionQuery) -> io::Result<Vec<DecisionRecord>> {
+        self.flush()?;
         let mut out = Vec::new();
         for path in [&self.0.older, &self.0.path] {
             let file = match File::open(path) {
@@ -269,6 +349,41 @@ mod tests {
             .unwrap();
         assert_eq!(a.len(), 2, "host matching ignores case");
         assert_eq!(log.counts()[&("http".to_string(), Verdict::Deny)], 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn lines_on_disk(dir: &std::path::Path) -> String {
+        std::fs::read_to_string(dir.join("decisions.jsonl")).unwrap_or_default()
+    }
+
+    /// Nobody reads the log: the writer task writes the decision by itself.
+    #[tokio::test]
+    async fn a_decision_reaches_the_file_without_a_query() {
+        let (log, dir) = temp_log("interval", 1 << 20);
+        let writer = tokio::spawn(log.clone().write_every_interval());
+        write(&log, "waits.example", Verdict::Allow);
+        // Bounded so that a writer that never writes fails the test instead of hanging it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !lines_on_disk(&dir).contains("waits.example") {
+            assert!(Instant::now() < deadline, "the decision was never written");
+            tokio::time::sleep(FLUSH_INTERVAL / 5).await;
+        }
+        writer.abort();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The sidecar stopping drops its last handle: what was waiting is written then.
+    #[test]
+    fn dropping_the_log_writes_what_is_waiting() {
+        let (log, dir) = temp_log("drop", 1 << 20);
+        for i in 0..50 {
+            write(&log, &format!("last-{i}.example"), Verdict::Deny);
+        }
+        assert_eq!(lines_on_disk(&dir), "", "nothing written before the drop");
+        drop(log);
+        let on_disk = lines_on_disk(&dir);
+        assert_eq!(on_disk.lines().count(), 50);
+        assert!(on_disk.lines().last().unwrap().contains("last-49.example"));
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -34,12 +34,19 @@ pub struct BoundAddresses {
 pub struct RunningSidecar {
     pub addresses: BoundAddresses,
     tasks: JoinSet<()>,
+    log: DecisionLog,
 }
 
 impl RunningSidecar {
     /// Waits until a listener stops, which only happens when it fails for good.
     pub async fn wait(&mut self) {
         self.tasks.join_next().await;
+    }
+
+    /// Writes the decisions still waiting to be written ([`crate::decision_log`]): the last
+    /// thing a stopping sidecar does.
+    pub fn flush_log(&self) -> io::Result<()> {
+        self.log.flush()
     }
 }
 
@@ -73,6 +80,7 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
     let mut addresses = BoundAddresses::default();
     let mut tasks = JoinSet::new();
     tasks.spawn(upstream_pool::sweep_forever(shared.clone()));
+    tasks.spawn(shared.log.clone().write_every_interval());
 
     if let Some(addr) = config.listen.proxy {
         let listener = bind(addr, "the forward proxy").await?;
@@ -119,6 +127,7 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
     }
     let listener = bind(config.control.listen, "the control API").await?;
     addresses.control = Some(listener.local_addr()?);
+    let log = shared.log.clone();
     tasks.spawn(control::serve(
         listener,
         shared,
@@ -126,5 +135,9 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
         config.webhooks.clone(),
         config.control.workload_addresses.clone(),
     ));
-    Ok(RunningSidecar { addresses, tasks })
+    Ok(RunningSidecar {
+        addresses,
+        tasks,
+        log,
+    })
 }

@@ -456,13 +456,17 @@ fn serve(loaded: Result<af_egress::LoadedConfig, af_runtime::RuntimeError>) -> E
                 Err(_) => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let stopped = tokio::select! {
             _ = sidecar.wait() => {
                 eprintln!("af-proxy: a listener stopped; exiting so the platform restarts the sidecar");
                 ExitCode::FAILURE
             }
             _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
             _ = terminate => ExitCode::SUCCESS,
+        };
+        if let Err(err) = sidecar.flush_log() {
+            eprintln!("af-proxy: cannot write the last decisions to the decision log: {err}");
         }
+        stopped
     })
 }
