@@ -3,13 +3,13 @@
 //! followers get each record as it is made.
 //!
 //! Lines are written in batches, not one by one: a decision waits in memory until the sidecar's
-//! writer task, which wakes every [`FLUSH_INTERVAL`], writes what has gathered, or until [`FLUSH_BYTES`] of them
-//! have, or until someone reads the log (a query writes first, so it sees every decision made
-//! before it). Appending one line to a file cost about 8 µs of the sidecar's CPU per request
-//! (the file system updates the file's times and journals it on every write) and sat between
-//! hyper buffering a response and sending it; a batch costs that once (as Envoy's and nginx's
-//! buffered access logs do). What a hard kill of the sidecar can lose is the last interval's
-//! lines; a normal stop writes them.
+//! writer task, which wakes every [`FLUSH_INTERVAL`], writes what has gathered, or until
+//! [`FLUSH_BYTES`] of them have, or until someone reads the log (a query writes first, so it sees
+//! every decision made before it). Appending one line to a file cost about 8 µs of the sidecar's
+//! CPU per request (the file system updates the file's times and journals it on every write) and
+//! sat between hyper buffering a response and sending it; a batch costs that once (as Envoy's and
+//! nginx's buffered access logs do). What a hard kill of the sidecar can lose is the last
+//! interval's lines; a normal stop writes them.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -24,7 +24,7 @@ use tokio::sync::broadcast;
 
 use crate::config::LogConfig;
 
-/// The longest a decision waits in memory before the writer thread writes it.
+/// The longest a decision waits in memory before the writer task writes it.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Decisions waiting to be written are written at once when they reach this size.
@@ -109,7 +109,7 @@ impl DecisionLog {
         let size = file.metadata()?.len();
         let mut older = config.path.clone().into_os_string();
         older.push(".1");
-        let inner = Arc::new(Inner {
+        Ok(DecisionLog(Arc::new(Inner {
             path: config.path.clone(),
             older: older.into(),
             half_bytes: config.max_bytes / 2,
@@ -120,8 +120,7 @@ impl DecisionLog {
             }),
             live: broadcast::channel(1024).0,
             counts: Mutex::new(BTreeMap::new()),
-        });
-        Ok(DecisionLog(inner))
+        })))
     }
 
     /// Writes one record. A record that cannot be written is reported on the sidecar's own
@@ -183,7 +182,10 @@ impl DecisionLog {
 
     /// The stored records that match, oldest first (every decision made before the call).
     pub fn query(&self, query: &DecisionQuery) -> io::Result<Vec<DecisionRecord>> {
-        self.flush()?;
+        // A batch the disk refuses is reported; what the file holds is still worth reading.
+        if let Err(err) = self.flush() {
+            self.0.report(&err);
+        }
         let mut out = Vec::new();
         for path in [&self.0.older, &self.0.path] {
             let file = match File::open(path) {
