@@ -44,6 +44,16 @@ struct Cli {
     command: Command,
 }
 
+/// The sidecar binary a benchmark measures.
+#[derive(Debug, clap::Args)]
+struct SidecarBinary {
+    /// The sidecar binary to measure (default: the af-proxy next to this binary). The engine
+    /// image carries the static build `scripts/build-engine` prints; a dynamically linked one's
+    /// RSS also counts shared libraries' pages.
+    #[arg(long = "sidecar", env = "AF_PROXY_BINARY")]
+    path: Option<std::path::PathBuf>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The sidecar's proxy against direct and squid.
@@ -75,21 +85,15 @@ enum Command {
         /// ours to it is what the sidecar's own work per request costs.
         #[arg(long)]
         bare_hyper: bool,
-        /// The sidecar binary to measure (default: the af-proxy next to this binary). The
-        /// engine image carries the static build `scripts/build-engine` prints; a dynamically
-        /// linked one's RSS also counts shared libraries' pages.
-        #[arg(long, env = "AF_PROXY_BINARY")]
-        sidecar: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        sidecar: SidecarBinary,
     },
     /// The sidecar's DNS responder against dnsmasq.
     Dns {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
-        /// The sidecar binary to measure (default: the af-proxy next to this binary). The
-        /// engine image carries the static build `scripts/build-engine` prints; a dynamically
-        /// linked one's RSS also counts shared libraries' pages.
-        #[arg(long, env = "AF_PROXY_BINARY")]
-        sidecar: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        sidecar: SidecarBinary,
     },
     /// `af up` + `af down` against docker compose with the same services.
     Up {
@@ -154,7 +158,7 @@ fn main() -> Result<()> {
             bare_hyper,
             sidecar,
         } => {
-            let sidecar = proxies::sidecar_binary(sidecar)?;
+            let sidecar = proxies::sidecar_binary(sidecar.path)?;
             let _world = world::World::create(congestion_control.as_deref())?;
             let references = [(least_relay, &LEAST_RELAY), (bare_hyper, &BARE_HYPER)]
                 .into_iter()
@@ -203,7 +207,7 @@ fn main() -> Result<()> {
             up::run(&af, &image, services, rounds)
         }
         Command::Dns { seconds, sidecar } => {
-            let sidecar = proxies::sidecar_binary(sidecar)?;
+            let sidecar = proxies::sidecar_binary(sidecar.path)?;
             let _world = world::World::create(None)?;
             runtime.block_on(dns_bench(&sidecar, Duration::from_secs_f64(seconds)))
         }
