@@ -134,6 +134,8 @@ pub fn start_ours(
         .args(["serve", "--config"])
         .arg(&path)
         .env("RUST_LOG", "warn")
+        // As the engine image starts it.
+        .envs(af_egress::PROCESS_ENVIRONMENT.iter().copied())
         .stdin(Stdio::null())
         .spawn()
         .context("starting af-proxy")?;

@@ -76,10 +76,22 @@ pub fn is_static(binary: &[u8]) -> bool {
     binary.starts_with(b"\x7fELF") && !binary.windows(LOADER.len()).any(|w| w == LOADER)
 }
 
+/// The engine image's Dockerfile: the root filesystem, the sidecar's process environment, an
+/// unprivileged user.
+fn dockerfile() -> String {
+    let environment: String = af_egress::PROCESS_ENVIRONMENT
+        .iter()
+        .map(|(name, value)| format!("ENV {name}={value}\n"))
+        .collect();
+    format!(
+        "FROM scratch\nCOPY rootfs/ /\n{environment}USER 1337:1337\nENTRYPOINT [\"/af-proxy\"]\n"
+    )
+}
+
 /// The build context: a Dockerfile, the binary and the root filesystem, in a fixed order with
 /// fixed times so the same inputs give the same digest.
 fn context(binary: &[u8]) -> Result<Vec<u8>, DockerError> {
-    let dockerfile = b"FROM scratch\nCOPY rootfs/ /\nUSER 1337:1337\nENTRYPOINT [\"/af-proxy\"]\n";
+    let dockerfile = dockerfile();
     let mut archive = tar::Builder::new(Vec::new());
     let mut add = |name: &str, bytes: &[u8], mode: u32| -> Result<(), DockerError> {
         let mut header = tar::Header::new_gnu();
@@ -90,7 +102,7 @@ fn context(binary: &[u8]) -> Result<Vec<u8>, DockerError> {
             .append_data(&mut header, name, bytes)
             .map_err(|e| platform("packing the engine image", e))
     };
-    add("Dockerfile", dockerfile, 0o644)?;
+    add("Dockerfile", dockerfile.as_bytes(), 0o644)?;
     add("rootfs/af-proxy", binary, 0o755)?;
     let mut files: Vec<String> = IPTABLES_FILES.iter().map(|f| f.to_string()).collect();
     let mut extensions: Vec<String> = std::fs::read_dir(XTABLES_EXTENSIONS)
@@ -217,6 +229,14 @@ mod tests {
         assert_ne!(tag_for(b"a"), tag_for(b"b"));
         assert!(tag_for(b"a").starts_with("antifailure/proxy:"));
         assert_eq!(tag_for(b"a").len(), "antifailure/proxy:".len() + 16);
+    }
+
+    #[test]
+    fn the_image_sets_the_sidecars_process_environment() {
+        let dockerfile = dockerfile();
+        assert!(dockerfile.contains("\nENV GLIBC_TUNABLES=glibc.malloc.arena_max=1\n"));
+        assert!(dockerfile.starts_with("FROM scratch\n"));
+        assert!(dockerfile.ends_with("ENTRYPOINT [\"/af-proxy\"]\n"));
     }
 
     #[test]

@@ -287,18 +287,8 @@ async fn only_the_refusal_step_has_net_admin_in_a_holder() {
         .await
         .expect("the refusal step, as root, has NET_ADMIN");
 
-    let pid = docker
-        .inspect_container(
-            &holder,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .unwrap()
-        .state
-        .and_then(|s| s.pid)
-        .expect("the holder runs");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("the holder's process, seen from the host (the tests run as root, as CI does)");
+    let pid = holder_pid(&docker, &holder).await;
+    let status = String::from_utf8(host_proc(pid, "status")).unwrap();
     let set = |name: &str| {
         status
             .lines()
@@ -315,4 +305,53 @@ async fn only_the_refusal_step_has_net_admin_in_a_holder() {
         "NET_ADMIN and nothing else bounds what an exec in it may have"
     );
     one_shot::remove(&docker, &holder).await.unwrap();
+}
+
+/// Every process of the engine image starts with the sidecar's process environment (one malloc
+/// arena): read from a running holder's environment as the kernel holds it, not from the
+/// Dockerfile.
+#[tokio::test]
+async fn engine_image_processes_start_with_the_sidecars_process_environment() {
+    let docker = docker().await;
+    let image = engine(&docker).await;
+    let env = EnvironmentId::derive("aftest", &format!("penv-{}", std::process::id()));
+    let _cleanup = Teardown(docker.clone(), env.clone());
+    let (internal, _) = networks::ensure(&docker, &env).await.unwrap();
+    let holder = one_shot::start_holder(&docker, &env, "penv-holder", &image, &internal)
+        .await
+        .unwrap();
+    let pid = holder_pid(&docker, &holder).await;
+    let environ = host_proc(pid, "environ");
+    let variables: Vec<String> = environ
+        .split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect();
+    for (name, value) in af_egress::PROCESS_ENVIRONMENT {
+        assert!(
+            variables.contains(&format!("{name}={value}")),
+            "{name}={value} missing from {variables:?}"
+        );
+    }
+    one_shot::remove(&docker, &holder).await.unwrap();
+}
+
+/// The host's process id of a running holder.
+async fn holder_pid(docker: &Docker, holder: &str) -> i64 {
+    docker
+        .inspect_container(
+            holder,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap()
+        .state
+        .and_then(|s| s.pid)
+        .expect("the holder runs")
+}
+
+/// A file of `/proc/<pid>/`: a container's process, seen from the host (the tests run as root, as
+/// CI does).
+fn host_proc(pid: i64, file: &str) -> Vec<u8> {
+    std::fs::read(format!("/proc/{pid}/{file}"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/{file}: {e} (the tests must run as root)"))
 }

@@ -155,7 +155,7 @@ async fn decisions(
         loop {
             match live.recv().await {
                 Ok(record) if matches(&record, &query) => {
-                    let mut line = serde_json::to_string(&record).unwrap_or_default();
+                    let mut line = serde_json::to_string(&*record).unwrap_or_default();
                     line.push('\n');
                     return Some((Ok::<_, Infallible>(Bytes::from(line)), (live, query)));
                 }

@@ -56,7 +56,10 @@ struct Inner {
     /// Each half may grow to this; together they stay within the configured maximum.
     half_bytes: u64,
     current: Mutex<Current>,
-    live: broadcast::Sender<DecisionRecord>,
+    /// Followers' feed. Its ring holds shared records, not records: tokio fills every slot when
+    /// the channel is made, and 1024 slots of whole records were 250 KiB resident from the start
+    /// whether anyone followed or not (docs/performance.md).
+    live: broadcast::Sender<Arc<DecisionRecord>>,
     counts: Mutex<BTreeMap<(String, Verdict), u64>>,
     /// Wakes the writer task when a line starts a new batch, so an idle sidecar's writer sleeps.
     batch_started: tokio::sync::Notify,
@@ -140,8 +143,10 @@ impl DecisionLog {
             .unwrap_or_else(PoisonError::into_inner)
             .entry((record.protocol.clone(), record.verdict))
             .or_default() += 1;
-        // No follower is not an error.
-        let _ = inner.live.send(record);
+        // Shared only when someone follows; no follower is not an error.
+        if inner.live.receiver_count() > 0 {
+            let _ = inner.live.send(Arc::new(record));
+        }
     }
 
     fn append(&self, record: &DecisionRecord) -> io::Result<()> {
@@ -213,7 +218,7 @@ impl DecisionLog {
     }
 
     /// Records as they are written, from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<DecisionRecord> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<DecisionRecord>> {
         self.0.live.subscribe()
     }
 
