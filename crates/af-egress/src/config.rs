@@ -182,6 +182,11 @@ pub struct Limits {
     pub dns_forward_timeout_ms: u64,
     /// The largest mail message accepted.
     pub max_mail_bytes: usize,
+    /// The most threads the sidecar's async runtime runs on; never more than the cores it is
+    /// given (a CPU limit counts). A sidecar sits beside a workload: by default it takes two, not
+    /// one per core of the node, which on a large node would be dozens of threads and stacks, and
+    /// contention on the image's one malloc arena (docs/sidecar.md, "Memory").
+    pub worker_threads: usize,
 }
 
 impl Default for Limits {
@@ -194,6 +199,7 @@ impl Default for Limits {
             idle_timeout_ms: 60_000,
             dns_forward_timeout_ms: 2_000,
             max_mail_bytes: 10 << 20,
+            worker_threads: 2,
         }
     }
 }
@@ -213,6 +219,10 @@ impl Limits {
     }
     pub fn dns_forward_timeout(&self) -> Duration {
         Duration::from_millis(self.dns_forward_timeout_ms)
+    }
+    /// The runtime's worker threads, given the cores available to the process.
+    pub fn workers_for(&self, available_cores: usize) -> usize {
+        self.worker_threads.min(available_cores).max(1)
     }
 }
 
@@ -374,6 +384,12 @@ impl SidecarConfig {
                 "log.max_bytes is below 64 KiB; the ring would hold almost nothing".to_string(),
             );
         }
+        if self.limits.worker_threads == 0 {
+            problems.push(
+                "limits.worker_threads is 0; the sidecar needs at least one thread to serve"
+                    .to_string(),
+            );
+        }
         if self.inbox.max_entries == 0 {
             problems.push(
                 "inbox.max_entries is 0; captured requests would be lost at once".to_string(),
@@ -429,6 +445,28 @@ mod tests {
         assert_eq!(loaded.config.policy.allow.len(), 2);
         assert!(loaded.config.policy.capture.is_empty());
         assert_eq!(loaded.config.limits.max_header_bytes, 64 << 10);
+        assert_eq!(loaded.config.limits.worker_threads, 2);
+    }
+
+    #[test]
+    fn the_runtime_takes_the_configured_threads_but_never_more_than_the_cores() {
+        let limits = |worker_threads| Limits {
+            worker_threads,
+            ..Limits::default()
+        };
+        assert_eq!(limits(2).workers_for(64), 2);
+        assert_eq!(limits(2).workers_for(1), 1);
+        assert_eq!(limits(8).workers_for(4), 4);
+        assert_eq!(limits(8).workers_for(16), 8);
+        let err = parse_config(
+            &format!("{MINIMAL}limits: {{worker_threads: 0}}\n"),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(
+            err.join("\n").contains("limits.worker_threads is 0"),
+            "{err:?}"
+        );
     }
 
     #[test]

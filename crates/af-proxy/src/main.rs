@@ -432,7 +432,12 @@ fn serve(loaded: Result<af_egress::LoadedConfig, af_runtime::RuntimeError>) -> E
             return ExitCode::from(err.code().exit_status());
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(loaded.config.limits.workers_for(cores))
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("af-proxy: cannot start the async runtime: {err}");
