@@ -5,11 +5,12 @@
 //! Lines are written in batches, not one by one: a decision waits in memory until the sidecar's
 //! writer task, which wakes [`FLUSH_INTERVAL`] after a batch's first line, writes what has
 //! gathered (an idle sidecar's writer sleeps), or until [`FLUSH_BYTES`] of them have, or until
-//! someone reads the log (a query writes first, so it sees every decision made before it). Appending one line to a file cost about 8 µs of the sidecar's
-//! CPU per request (the file system updates the file's times and journals it on every write) and
-//! sat between hyper buffering a response and sending it; a batch costs that once (as Envoy's and
-//! nginx's buffered access logs do). What a hard kill of the sidecar can lose is the last
-//! interval's lines; a normal stop writes them.
+//! someone reads the log (a query writes first, so it sees every decision made before it).
+//! Appending one line to a file cost about 8 µs of the sidecar's CPU per request (the file system
+//! updates the file's times and journals it on every write) and sat between hyper buffering a
+//! response and sending it; a batch costs that once (as Envoy's and nginx's buffered access logs
+//! do). What a hard kill of the sidecar can lose is the last interval's lines; a normal stop
+//! writes them.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
