@@ -15,18 +15,17 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Mutex;
 
 use crate::body::{CountedBody, ProxyBody, full};
 use crate::context::Shared;
 use crate::decision_log::Pending;
-use crate::dial::{connect, dial_address, logged_rule};
+use crate::dial::{dial_address, logged_rule};
 use crate::policy::{Decision, DenyReason, Target, decide};
 use crate::tunnel;
+use crate::upstream_http::{UpstreamConnection, UpstreamError};
 
 /// Which face of the proxy a listener is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,28 +38,14 @@ pub enum HttpMode {
 }
 
 /// The upstream connection a client connection last used, kept for its next request (HTTP/1.1
-/// keep-alive on both sides). When the client connection ends, it goes to the sidecar's pool for
-/// any client's next request to the same address ([`crate::upstream_pool`]).
-struct Upstream {
-    addr: SocketAddr,
-    sender: SendRequest<ProxyBody>,
-}
+/// keep-alive on both sides). It is put here when an answer on it has been read whole, which is
+/// before the client's next request is read. When the client connection ends, it goes to the
+/// sidecar's pool for any client's next request to the same address ([`crate::upstream_pool`]).
+type UpstreamSlot = Arc<std::sync::Mutex<Option<UpstreamConnection>>>;
 
-type UpstreamSlot = Arc<Mutex<Option<Upstream>>>;
-
-/// Hands `upstream` to the pool once its last exchange is over (at once if it already is); one
-/// that closes instead is dropped.
-fn release(upstream: Upstream, shared: &Arc<Shared>) {
-    let Upstream { addr, mut sender } = upstream;
-    if sender.is_ready() {
-        return shared.upstreams.give_back(addr, sender);
-    }
-    let shared = shared.clone();
-    tokio::spawn(async move {
-        if sender.ready().await.is_ok() {
-            shared.upstreams.give_back(addr, sender);
-        }
-    });
+fn lock(slot: &UpstreamSlot) -> std::sync::MutexGuard<'_, Option<UpstreamConnection>> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Serves clients on `listener` for ever.
@@ -79,7 +64,7 @@ async fn serve_connection(
 ) {
     let _open = shared.metrics.connection_opened();
     let _ = stream.set_nodelay(true);
-    let upstream: UpstreamSlot = Arc::new(Mutex::new(None));
+    let upstream: UpstreamSlot = Arc::default();
     let limits = shared.limits.clone();
     let service = service_fn({
         let (shared, upstream) = (shared.clone(), upstream.clone());
@@ -98,8 +83,8 @@ async fn serve_connection(
     if let Err(err) = connection.await {
         tracing::debug!(%peer, error = %err, "client connection ended with an error");
     }
-    if let Some(last) = upstream.lock().await.take() {
-        release(last, &shared);
+    if let Some(last) = lock(&upstream).take() {
+        shared.upstreams.give_back(last);
     }
 }
 
@@ -222,14 +207,9 @@ async fn relay(
     };
     remove_hop_by_hop(&mut parts.headers);
     let request = Request::from_parts(parts, CountedBody::new(body, up.clone(), None).boxed());
-    let mut slot = upstream.lock().await;
-    let sent = send(request, addr, slot.take(), &shared).await;
-    let response = match sent {
-        Ok((sender, response)) => {
-            // Kept for this client's next request, which waits until this answer has been read.
-            *slot = Some(Upstream { addr, sender });
-            response
-        }
+    let own = lock(&upstream).take();
+    let response = match send(request, addr, own, upstream, &shared).await {
+        Ok(response) => response,
         Err(Unanswered::Unreachable(err)) => {
             pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
             return plain(
@@ -251,7 +231,6 @@ async fn relay(
             );
         }
     };
-    drop(slot);
     let (mut parts, body) = response.into_parts();
     remove_hop_by_hop(&mut parts.headers);
     let log = shared.log.clone();
@@ -271,73 +250,46 @@ async fn relay(
 /// Why a request got no answer from upstream.
 enum Unanswered {
     /// No connection could be made.
-    Unreachable(crate::body::BoxError),
+    Unreachable(std::io::Error),
     /// The request went out and the exchange failed.
-    Failed(hyper::Error),
+    Failed(UpstreamError),
 }
 
-/// Sends `request` to `addr`: on this client's own upstream connection when it goes there (once
-/// its previous answer has been read: only this client uses it), else on an idle one from the
-/// pool, else on a new one. A reused connection that turns out to have closed before the request
-/// went out is dropped and the request, untouched, tried on the next (hyper hands an unsent
-/// request back). This client's connection to another address goes to the pool.
+/// Sends `request` to `addr`: on this client's own upstream connection when it goes there, else
+/// on an idle one from the pool, else on a new one; a connection the origin has closed or sent
+/// something unasked on is dropped, before anything is written to it. This client's connection
+/// to another address goes to the pool. Once the answer has been read whole, the connection goes
+/// back to `slot` for this client's next request.
 async fn send(
-    mut request: Request<ProxyBody>,
+    request: Request<ProxyBody>,
     addr: SocketAddr,
-    own: Option<Upstream>,
+    own: Option<UpstreamConnection>,
+    slot: UpstreamSlot,
     shared: &Arc<Shared>,
-) -> Result<(SendRequest<ProxyBody>, Response<Incoming>), Unanswered> {
-    let mut own = match own {
-        Some(own) if own.addr == addr => Some(own.sender),
+) -> Result<Response<crate::upstream_http::UpstreamBody>, Unanswered> {
+    let own = match own {
+        Some(own) if own.addr() == addr => Some(own),
         Some(other) => {
-            release(other, shared);
+            shared.upstreams.give_back(other);
             None
         }
         None => None,
     };
-    if let Some(sender) = own.as_mut()
-        && sender.ready().await.is_err()
-    {
-        own = None;
-    }
     let reused = own
         .into_iter()
-        .chain(std::iter::from_fn(|| shared.upstreams.take(addr)));
-    for mut sender in reused {
-        match sender.try_send_request(request).await {
-            Ok(response) => return Ok((sender, response)),
-            Err(mut err) => match err.take_message() {
-                Some(unsent) => request = unsent,
-                None => return Err(Unanswered::Failed(err.into_error())),
-            },
-        }
-    }
-    let mut sender = open_upstream(addr, shared)
+        .chain(std::iter::from_fn(|| shared.upstreams.take(addr)))
+        .find(UpstreamConnection::is_usable);
+    let connection = match reused {
+        Some(connection) => connection,
+        None => UpstreamConnection::open(addr, shared.limits.connect_timeout())
+            .await
+            .map_err(Unanswered::Unreachable)?,
+    };
+    let give_back = Box::new(move |connection| *lock(&slot) = Some(connection));
+    connection
+        .exchange(request, give_back)
         .await
-        .map_err(Unanswered::Unreachable)?;
-    match sender.send_request(request).await {
-        Ok(response) => Ok((sender, response)),
-        Err(err) => Err(Unanswered::Failed(err)),
-    }
-}
-
-/// A new HTTP/1.1 connection to `addr`.
-async fn open_upstream(
-    addr: SocketAddr,
-    shared: &Shared,
-) -> Result<SendRequest<ProxyBody>, crate::body::BoxError> {
-    let stream = connect(addr, shared.limits.connect_timeout()).await?;
-    let (sender, connection) = hyper::client::conn::http1::Builder::new()
-        // Large bodies stream through in chunks; a small read buffer bounds memory per connection.
-        .max_buf_size(UPSTREAM_READ_BUFFER)
-        .handshake(TokioIo::new(stream))
-        .await?;
-    tokio::spawn(async move {
-        if let Err(err) = connection.await {
-            tracing::debug!(%addr, error = %err, "upstream connection ended with an error");
-        }
-    });
-    Ok(sender)
+        .map_err(Unanswered::Failed)
 }
 
 /// Answers a captured request itself and stores it in the inbox, body and all (up to the limit).
@@ -398,13 +350,6 @@ pub(crate) async fn capture(
     answer
 }
 
-/// The most an upstream connection buffers while reading a response. While a chunk read into it
-/// is still queued for the client, hyper's next read takes a new buffer, so a large response holds
-/// about twice this per connection: at 64 clients of 1 MiB responses, 64 KiB made the sidecar's
-/// peak 16 MiB and a quarter of squid's or more, 32 KiB makes it 12.8 at some 10-20 % fewer
-/// requests/s (still 4-5x squid's), 16 KiB 10 MiB at a third fewer (docs/performance.md).
-const UPSTREAM_READ_BUFFER: usize = 32 << 10;
-
 /// Tells a client which verdict the sidecar reached, on every answer it makes itself.
 pub const VERDICT_HEADER: HeaderName = HeaderName::from_static("x-af-verdict");
 
@@ -445,7 +390,8 @@ pub fn plain(status: StatusCode, text: &str) -> Response<ProxyBody> {
 }
 
 /// Headers that describe one hop, not the message: never forwarded (RFC 9110 section 7.6.1),
-/// together with every header the Connection header names.
+/// together with every header the Connection header names. (`Trailer` is end to end: it names
+/// the trailer fields, which hyper passes on to the client only when they are declared.)
 fn remove_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -462,7 +408,6 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
         header::PROXY_AUTHORIZATION,
         header::PROXY_AUTHENTICATE,
         header::TE,
-        header::TRAILER,
         header::TRANSFER_ENCODING,
         header::UPGRADE,
     ] {

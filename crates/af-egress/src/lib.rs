@@ -25,6 +25,7 @@ pub const PROCESS_ENVIRONMENT: &[(&str, &str)] = &[("GLIBC_TUNABLES", "glibc.mal
 mod accept;
 pub mod address;
 mod body;
+mod chunked;
 pub mod client_hello;
 pub mod config;
 mod context;
@@ -46,6 +47,7 @@ mod splice;
 pub mod tls_capture;
 mod tunnel;
 mod udp_batch;
+mod upstream_http;
 mod upstream_pool;
 mod webhook;
 

@@ -10,15 +10,13 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hyper::client::conn::http1::SendRequest;
-
-use crate::body::ProxyBody;
+use crate::upstream_http::UpstreamConnection;
 
 /// Idle connections kept per address; beyond it the oldest is closed. As many as the requests a
 /// busy environment has in flight to one address at once: with fewer, every burst wider than
 /// the pool dials the difference anew and closes it again after (64 clients opening a connection
 /// per request dialled upstream for a third of their requests with 16 here). An idle connection
-/// costs a descriptor and a few KiB, for at most [`IDLE_FOR`].
+/// costs a descriptor and under a KiB, for at most [`IDLE_FOR`].
 const IDLE_PER_ADDRESS: usize = 64;
 
 /// Idle connections kept across all addresses: beyond it a connection given back is closed, until
@@ -31,14 +29,15 @@ const IDLE_IN_ALL: usize = 512;
 const IDLE_FOR: Duration = Duration::from_secs(4);
 
 struct Idle {
-    sender: SendRequest<ProxyBody>,
+    connection: UpstreamConnection,
     since: Instant,
 }
 
 impl Idle {
-    /// Open, and not idle for too long at `now` (read once per pass over a list, not per entry).
+    /// Open and quiet, and not idle for too long at `now` (read once per pass over a list, not
+    /// per entry).
     fn usable_at(&self, now: Instant) -> bool {
-        !self.sender.is_closed() && now.duration_since(self.since) < IDLE_FOR
+        now.duration_since(self.since) < IDLE_FOR && self.connection.is_usable()
     }
 }
 
@@ -75,10 +74,10 @@ impl UpstreamPool {
     /// The most recently returned connection to `addr` still open; closed and stale ones are
     /// dropped on the way. (Only connections whose last exchange is over are given back, and
     /// nobody uses one while it is here, so an open one is ready.)
-    pub fn take(&self, addr: SocketAddr) -> Option<SendRequest<ProxyBody>> {
+    pub fn take(&self, addr: SocketAddr) -> Option<UpstreamConnection> {
         let mut kept = self.lock();
         let list = kept.usable(addr, Instant::now())?;
-        let found = list.pop().map(|idle| idle.sender);
+        let found = list.pop().map(|idle| idle.connection);
         let emptied = list.is_empty();
         if found.is_some() {
             kept.total -= 1;
@@ -89,14 +88,15 @@ impl UpstreamPool {
         found
     }
 
-    /// Keeps `sender`, a connection whose client connection has ended and whose last exchange
-    /// is over, for the next request to `addr`. That address's closed and stale connections are
+    /// Keeps `connection`, whose client connection has ended and whose last exchange is over,
+    /// for the next request to its address. That address's closed and stale connections are
     /// dropped on the way; other addresses' are left to [`sweep_forever`], so giving one back
     /// costs the same however many addresses the pool holds.
-    pub fn give_back(&self, addr: SocketAddr, sender: SendRequest<ProxyBody>) {
-        if sender.is_closed() {
+    pub fn give_back(&self, connection: UpstreamConnection) {
+        if !connection.is_usable() {
             return;
         }
+        let addr = connection.addr();
         let now = Instant::now();
         let mut kept = self.lock();
         let has = kept.usable(addr, now).map_or(0, |list| list.len());
@@ -112,7 +112,10 @@ impl UpstreamPool {
         } else {
             *total += 1;
         }
-        list.push(Idle { sender, since: now });
+        list.push(Idle {
+            connection,
+            since: now,
+        });
     }
 
     /// Closes every stale connection (dropping the last handle on a connection closes it).
@@ -146,19 +149,36 @@ pub async fn sweep_forever(shared: std::sync::Arc<crate::context::Shared>) {
 
 #[cfg(test)]
 mod tests {
-    use hyper_util::rt::TokioIo;
+    use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
 
-    /// An open client connection over an in-memory pipe whose far end is kept (so it stays open).
-    async fn open_sender(far_ends: &mut Vec<tokio::io::DuplexStream>) -> SendRequest<ProxyBody> {
-        let (near, far) = tokio::io::duplex(1024);
-        far_ends.push(far);
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(near))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        sender
+    /// Loopback connections standing in for connections to origins, their far ends kept open.
+    struct Origins {
+        listener: TcpListener,
+        far_ends: Vec<TcpStream>,
+    }
+
+    impl Origins {
+        async fn new() -> Self {
+            // The biggest test holds over 1,000 sockets open at once.
+            use nix::sys::resource::{Resource, getrlimit, setrlimit};
+            let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+            setrlimit(Resource::RLIMIT_NOFILE, soft.max(hard.min(4096)), hard).unwrap();
+            Origins {
+                listener: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+                far_ends: Vec::new(),
+            }
+        }
+
+        /// An open connection, as if dialled to `addr`.
+        async fn open(&mut self, addr: SocketAddr) -> UpstreamConnection {
+            let near = TcpStream::connect(self.listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            self.far_ends.push(self.listener.accept().await.unwrap().0);
+            UpstreamConnection::over(addr, near)
+        }
     }
 
     /// 64 clients each opening a connection per request to one origin give back 64 upstream
@@ -169,12 +189,11 @@ mod tests {
         let pool = UpstreamPool::default();
         let addr: SocketAddr = "203.0.113.10:80".parse().unwrap();
         let other: SocketAddr = "203.0.113.11:80".parse().unwrap();
-        let mut far_ends = Vec::new();
+        let mut origins = Origins::new().await;
         for _ in 0..IDLE_PER_ADDRESS + 3 {
-            let sender = open_sender(&mut far_ends).await;
-            pool.give_back(addr, sender);
+            pool.give_back(origins.open(addr).await);
         }
-        pool.give_back(other, open_sender(&mut far_ends).await);
+        pool.give_back(origins.open(other).await);
         let mut taken = 0;
         while pool.take(addr).is_some() {
             taken += 1;
@@ -193,9 +212,9 @@ mod tests {
         let pool = UpstreamPool::default();
         let address =
             |i: usize| SocketAddr::from(([203, 0, 113, (i % 250) as u8], 1000 + i as u16));
-        let mut far_ends = Vec::new();
+        let mut origins = Origins::new().await;
         for i in 0..IDLE_IN_ALL + 10 {
-            pool.give_back(address(i), open_sender(&mut far_ends).await);
+            pool.give_back(origins.open(address(i)).await);
         }
         assert_eq!(pool.lock().total, IDLE_IN_ALL);
         let kept = (0..IDLE_IN_ALL + 10)
@@ -206,23 +225,34 @@ mod tests {
             "the first ones were kept, the last ten closed"
         );
         assert_eq!(pool.lock().total, 0);
-        pool.give_back(address(0), open_sender(&mut far_ends).await);
+        pool.give_back(origins.open(address(0)).await);
         assert!(pool.take(address(0)).is_some(), "room again once taken");
     }
 
+    /// A connection the origin has closed, or on which it sent something nobody asked for, is
+    /// not kept; an open, quiet one is.
     #[tokio::test]
-    async fn closed_connections_are_not_handed_out() {
+    async fn closed_and_chattering_connections_are_not_kept() {
+        use tokio::io::AsyncWriteExt;
         let pool = UpstreamPool::default();
         let addr: SocketAddr = "203.0.113.10:80".parse().unwrap();
-        let mut far_ends = Vec::new();
-        let sender = open_sender(&mut far_ends).await;
-        pool.give_back(addr, sender);
-        // The origin closes its end; the connection task sees it and the sender reports closed.
-        far_ends.clear();
-        for _ in 0..100 {
-            tokio::task::yield_now().await;
+        let mut origins = Origins::new().await;
+        let quiet = origins.open(addr).await;
+        let chattering = origins.open(addr).await;
+        let closed = origins.open(addr).await;
+        origins.far_ends[1]
+            .write_all(b"HTTP/1.1 200 OK\r\n")
+            .await
+            .unwrap();
+        origins.far_ends.remove(2);
+        // Once the reactor has seen both (the sidecar's reactor runs between requests).
+        chattering.readable().await;
+        closed.readable().await;
+        for connection in [quiet, chattering, closed] {
+            pool.give_back(connection);
         }
+        assert_eq!(pool.lock().total, 1);
+        assert!(pool.take(addr).is_some(), "the quiet one");
         assert!(pool.take(addr).is_none());
-        assert_eq!(pool.lock().total, 0);
     }
 }

@@ -1,0 +1,674 @@
+//! The proxy's HTTP/1.1 connection to an origin: it writes a forwarded request and reads the
+//! answer straight off the socket, in the task that serves the client. hyper's client put a
+//! request queue, a connection task and two 8 KiB buffers behind every upstream connection,
+//! whether busy or idle — about 37 KiB per connection, the most of the sidecar's memory with
+//! many keep-alive clients (docs/performance.md). Here a connection is a socket and a read buffer
+//! that exists only while an answer is being read.
+//!
+//! One exchange at a time, no pipelining. The response body is read as the client takes it and
+//! framed as RFC 9112 section 6.3 says; when it ends cleanly on a connection that stays open, the
+//! connection is handed back for the next request.
+
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Version};
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::net::TcpStream;
+
+use crate::body::{BoxError, ProxyBody};
+use crate::chunked::{self, ChunkedDecoder, Decoded};
+
+/// The first read of an answer; a read that fills what it was given doubles the next, up to
+/// [`MAX_READ`]. Small answers then cost one small buffer, large ones few reads.
+const FIRST_READ: usize = 4 << 10;
+
+/// The most one read takes. While a chunk read is still queued for the client the next read
+/// takes a new buffer, so a large response holds about twice this per connection: at 64 clients
+/// of 1 MiB responses, 64 KiB made the sidecar's peak 16 MiB and a quarter of squid's or more,
+/// 32 KiB makes it 12.8 at some 10-20 % fewer requests/s (still 4-5x squid's), 16 KiB 10 MiB at
+/// a third fewer (docs/performance.md).
+const MAX_READ: usize = 32 << 10;
+
+/// The largest response head accepted (status line and header fields).
+const MAX_HEAD: usize = 32 << 10;
+
+/// The most header fields a response head may have.
+const MAX_FIELDS: usize = 100;
+
+/// Called with a connection whose answer has been read whole and which stays open.
+pub type GiveBack = Box<dyn FnOnce(UpstreamConnection) + Send + Sync>;
+
+/// Why an exchange with an origin failed.
+#[derive(Debug)]
+pub enum UpstreamError {
+    /// The socket failed.
+    Io(io::Error),
+    /// The origin closed the connection before its answer was complete.
+    Closed,
+    /// The origin's answer is not HTTP/1 as RFC 9112 has it.
+    Protocol(&'static str),
+    /// The client's request body failed while it was being forwarded.
+    RequestBody(BoxError),
+}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamError::Io(err) => write!(f, "the connection failed: {err}"),
+            UpstreamError::Closed => {
+                f.write_str("the origin closed the connection before its answer was complete")
+            }
+            UpstreamError::Protocol(what) => write!(f, "its answer is not valid HTTP/1: {what}"),
+            UpstreamError::RequestBody(err) => {
+                write!(f, "the client's request body failed: {err}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for UpstreamError {}
+
+impl From<io::Error> for UpstreamError {
+    fn from(err: io::Error) -> Self {
+        UpstreamError::Io(err)
+    }
+}
+
+/// An open connection to an origin, between exchanges or in one.
+#[derive(Debug)]
+pub struct UpstreamConnection {
+    addr: SocketAddr,
+    stream: TcpStream,
+    /// Bytes read and not yet taken; empty (no allocation) between exchanges.
+    buf: BytesMut,
+}
+
+impl UpstreamConnection {
+    pub async fn open(addr: SocketAddr, timeout: std::time::Duration) -> io::Result<Self> {
+        let stream = crate::dial::connect(addr, timeout).await?;
+        Ok(UpstreamConnection {
+            addr,
+            stream,
+            buf: BytesMut::new(),
+        })
+    }
+
+    /// A connection over a stream already open (the pool's tests).
+    #[cfg(test)]
+    pub fn over(addr: SocketAddr, stream: TcpStream) -> Self {
+        UpstreamConnection {
+            addr,
+            stream,
+            buf: BytesMut::new(),
+        }
+    }
+
+    /// Waits until the origin has sent something or closed (the pool's tests).
+    #[cfg(test)]
+    pub async fn readable(&self) {
+        self.stream.readable().await.unwrap();
+    }
+
+    /// The address this connection was dialled to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Open and quiet: the origin has neither closed it nor sent anything unasked. (A read that
+    /// would block; usually answered from the reactor's readiness without a system call.)
+    pub fn is_usable(&self) -> bool {
+        let mut probe = [0u8; 1];
+        self.buf.is_empty()
+            && matches!(self.stream.try_read(&mut probe),
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Sends `request` (origin-form, hop-by-hop headers removed) and reads the answer's head.
+    /// The body is read as the client takes it; when it ends and the connection stays open, the
+    /// connection goes to `give_back`.
+    pub async fn exchange(
+        mut self,
+        request: Request<ProxyBody>,
+        give_back: GiveBack,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let asked_head = request.method() == Method::HEAD;
+        let (parts, body) = request.into_parts();
+        let chunked = !body.is_end_stream() && !parts.headers.contains_key(header::CONTENT_LENGTH);
+        let head = request_head(&parts.method, &parts.uri, &parts.headers, chunked);
+        write_all(&self.stream, &[&head]).await?;
+        let (answer, upload_done) = if body.is_end_stream() {
+            (read_head(&self.stream, &mut self.buf).await?, true)
+        } else {
+            let upload = send_body(&self.stream, body, chunked);
+            let answer = read_head(&self.stream, &mut self.buf);
+            tokio::pin!(upload, answer);
+            // The origin may answer before it has read the whole body (a refusal, say); then the
+            // rest is not sent and the connection is not reused.
+            let mut uploaded = None;
+            loop {
+                tokio::select! {
+                    biased;
+                    sent = &mut upload, if uploaded.is_none() => match sent {
+                        Err(Upload::Client(err)) => return Err(UpstreamError::RequestBody(err)),
+                        Err(Upload::Origin(err)) => uploaded = Some(Err(err)),
+                        Ok(()) => uploaded = Some(Ok(())),
+                    },
+                    answer = &mut answer => break (answer?, matches!(uploaded, Some(Ok(())))),
+                }
+            }
+        };
+        let kind = body_kind(asked_head, answer.status, &answer.headers)?;
+        let reusable = upload_done && kind != BodyKind::UntilClose && keeps_alive(&answer);
+        let mut response = Response::new(UpstreamBody {
+            connection: Some(self),
+            kind,
+            chunks: ChunkedDecoder::default(),
+            reusable,
+            give_back: Some(give_back),
+            next_read: FIRST_READ,
+        });
+        *response.status_mut() = answer.status;
+        // The version stays HTTP/1.1: the answer is framed anew for the client, whatever the
+        // origin spoke (hyper would close a kept-alive client connection after a 1.0 answer).
+        *response.headers_mut() = answer.headers;
+        Ok(response)
+    }
+}
+
+/// A request head in origin form, with `transfer-encoding: chunked` when the body is sent so.
+fn request_head(method: &Method, uri: &http::Uri, headers: &HeaderMap, chunked: bool) -> Vec<u8> {
+    let target = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let mut head = Vec::with_capacity(64 + headers.len() * 32);
+    head.extend_from_slice(method.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(target.as_bytes());
+    head.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if chunked {
+        head.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+/// Why a request body stopped before its end.
+enum Upload {
+    /// The client's side failed: the exchange fails.
+    Client(BoxError),
+    /// Writing to the origin failed: its answer may still come.
+    Origin(io::Error),
+}
+
+async fn send_body(stream: &TcpStream, mut body: ProxyBody, chunked: bool) -> Result<(), Upload> {
+    use http_body_util::BodyExt;
+    let mut trailers = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(Upload::Client)?;
+        match frame.into_data() {
+            Ok(data) if data.is_empty() => {}
+            Ok(data) if chunked => {
+                let head = chunked::chunk_head(data.len());
+                write_all(stream, &[&head, &data, b"\r\n"])
+                    .await
+                    .map_err(Upload::Origin)?;
+            }
+            Ok(data) => write_all(stream, &[&data]).await.map_err(Upload::Origin)?,
+            Err(frame) => trailers = frame.into_trailers().ok(),
+        }
+    }
+    if chunked {
+        let end = chunked::last_chunk(trailers.as_ref());
+        write_all(stream, &[&end]).await.map_err(Upload::Origin)?;
+    }
+    Ok(())
+}
+
+/// Writes every byte of `pieces`, in order, with as few system calls as the socket allows.
+async fn write_all(stream: &TcpStream, pieces: &[&[u8]]) -> io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+    let mut slices = &mut slices[..];
+    // Drops empty pieces from the front, so that nothing left to write means no slices.
+    IoSlice::advance_slices(&mut slices, 0);
+    while !slices.is_empty() {
+        stream.writable().await?;
+        match stream.try_write_vectored(slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+/// A response's status line and header fields.
+#[derive(Debug)]
+struct ResponseHead {
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+}
+
+/// Reads until `buf` holds a final response head and takes it off; informational answers
+/// (100 Continue, 103 Early Hints) are passed over.
+async fn read_head(stream: &TcpStream, buf: &mut BytesMut) -> Result<ResponseHead, UpstreamError> {
+    loop {
+        if let Some((len, head)) = parse_head(buf)? {
+            buf.advance(len);
+            if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                return Err(UpstreamError::Protocol(
+                    "the origin switched protocols, which a forwarded request never asks for",
+                ));
+            }
+            if head.status.is_informational() {
+                continue;
+            }
+            return Ok(head);
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(UpstreamError::Protocol("the response head is too large"));
+        }
+        buf.reserve(FIRST_READ);
+        stream.readable().await?;
+        match stream.try_read_buf(buf) {
+            Ok(0) => return Err(UpstreamError::Closed),
+            Ok(_) => {}
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// A whole response head at the start of `bytes`, and its length; `None` while incomplete.
+fn parse_head(bytes: &[u8]) -> Result<Option<(usize, ResponseHead)>, UpstreamError> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let mut parsed = httparse::Response::new(&mut fields);
+    let len = match parsed.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(UpstreamError::Protocol(
+                "the response has too many header fields",
+            ));
+        }
+        Err(_) => return Err(UpstreamError::Protocol("the response head is malformed")),
+    };
+    let status = parsed
+        .code
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or(UpstreamError::Protocol("the status code is invalid"))?;
+    let version = match parsed.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let mut headers = HeaderMap::with_capacity(parsed.headers.len());
+    for field in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| UpstreamError::Protocol("a header field's name is invalid"))?;
+        let value = HeaderValue::from_bytes(field.value)
+            .map_err(|_| UpstreamError::Protocol("a header field's value is invalid"))?;
+        headers.append(name, value);
+    }
+    Ok(Some((
+        len,
+        ResponseHead {
+            status,
+            version,
+            headers,
+        },
+    )))
+}
+
+/// How a response's body is delimited (RFC 9112 section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyKind {
+    /// No body: the answer to HEAD, 1xx, 204, 304.
+    Empty,
+    /// This many bytes still to come.
+    Length(u64),
+    Chunked,
+    /// Everything until the origin closes the connection.
+    UntilClose,
+}
+
+fn body_kind(
+    asked_head: bool,
+    status: StatusCode,
+    headers: &HeaderMap,
+) -> Result<BodyKind, UpstreamError> {
+    if asked_head
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(BodyKind::Empty);
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        // With a Content-Length beside it the connection cannot be trusted afterwards either.
+        let last_coding = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .rfind(|c| !c.is_empty());
+        let chunked = last_coding.is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
+        return Ok(
+            if chunked && !headers.contains_key(header::CONTENT_LENGTH) {
+                BodyKind::Chunked
+            } else if chunked {
+                return Err(UpstreamError::Protocol(
+                    "the response has both Transfer-Encoding and Content-Length",
+                ));
+            } else {
+                BodyKind::UntilClose
+            },
+        );
+    }
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for item in value.to_str().unwrap_or("x").split(',') {
+            let item = item.trim();
+            let parsed = (!item.is_empty() && item.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| item.parse::<u64>().ok())
+                .flatten()
+                .ok_or(UpstreamError::Protocol("the Content-Length is invalid"))?;
+            if length.is_some_and(|seen| seen != parsed) {
+                return Err(UpstreamError::Protocol(
+                    "the response has differing Content-Lengths",
+                ));
+            }
+            length = Some(parsed);
+        }
+    }
+    Ok(length.map_or(BodyKind::UntilClose, BodyKind::Length))
+}
+
+/// Whether the origin keeps the connection open after this answer.
+fn keeps_alive(head: &ResponseHead) -> bool {
+    let says = |token: &str| {
+        head.headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    match head.version {
+        Version::HTTP_10 => says("keep-alive") && !says("close"),
+        _ => !says("close"),
+    }
+}
+
+/// A response body read off its origin connection as the client takes it.
+pub struct UpstreamBody {
+    /// Until the body has ended.
+    connection: Option<UpstreamConnection>,
+    kind: BodyKind,
+    chunks: ChunkedDecoder,
+    reusable: bool,
+    give_back: Option<GiveBack>,
+    next_read: usize,
+}
+
+impl std::fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamBody")
+            .field("kind", &self.kind)
+            .field("reusable", &self.reusable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamBody {
+    /// The body is over: the connection goes back if it can carry another exchange, else closes.
+    fn finish(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.kind = BodyKind::Empty;
+        self.release();
+        Poll::Ready(None)
+    }
+
+    /// Gives the connection back if its answer has been read whole and it stays open; else
+    /// closes it. (hyper drops a body whose end it knows from its length without asking for
+    /// more, so this runs on drop too.)
+    fn release(&mut self) {
+        let whole = matches!(self.kind, BodyKind::Empty | BodyKind::Length(0));
+        if let Some(mut connection) = self.connection.take()
+            && whole
+            && self.reusable
+            && connection.buf.is_empty()
+            && let Some(give_back) = self.give_back.take()
+        {
+            connection.buf = BytesMut::new();
+            give_back(connection);
+        }
+    }
+
+    fn failed(&mut self, err: UpstreamError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.connection = None;
+        self.kind = BodyKind::Empty;
+        Poll::Ready(Some(Err(Box::new(err))))
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(connection) = this.connection.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let buf = &mut connection.buf;
+            let want = match this.kind {
+                BodyKind::Empty | BodyKind::Length(0) => return this.finish(),
+                BodyKind::Length(left) if !buf.is_empty() => {
+                    let take = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
+                    this.kind = BodyKind::Length(left - take as u64);
+                    return Poll::Ready(Some(Ok(Frame::data(buf.split_to(take).freeze()))));
+                }
+                BodyKind::Length(left) => {
+                    usize::try_from(left).map_or(this.next_read, |l| l.min(this.next_read))
+                }
+                BodyKind::Chunked => match this.chunks.decode(buf) {
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Decoded::Trailers(trailers)) => {
+                        // The last frame: hyper asks for nothing after it.
+                        this.kind = BodyKind::Empty;
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
+                    Ok(Decoded::End) => return this.finish(),
+                    Ok(Decoded::NeedMore) => this.next_read,
+                    Err(what) => return this.failed(UpstreamError::Protocol(what)),
+                },
+                BodyKind::UntilClose if !buf.is_empty() => {
+                    return Poll::Ready(Some(Ok(Frame::data(buf.split().freeze()))));
+                }
+                BodyKind::UntilClose => this.next_read,
+            };
+            buf.reserve(want);
+            let room = buf.capacity() - buf.len();
+            let read = loop {
+                if let Err(err) = ready!(connection.stream.poll_read_ready(cx)) {
+                    break Err(err);
+                }
+                match connection.stream.try_read_buf(&mut connection.buf) {
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+                    other => break other,
+                }
+            };
+            match read {
+                Ok(0) if this.kind == BodyKind::UntilClose => return this.finish(),
+                Ok(0) => return this.failed(UpstreamError::Closed),
+                Ok(n) if n >= room => this.next_read = (this.next_read * 2).min(MAX_READ),
+                Ok(_) => {}
+                Err(err) => return this.failed(UpstreamError::Io(err)),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.connection.is_none() || matches!(self.kind, BodyKind::Empty | BodyKind::Length(0))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.kind {
+            BodyKind::Empty => SizeHint::with_exact(0),
+            BodyKind::Length(left) => SizeHint::with_exact(left),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(wire: &str) -> ResponseHead {
+        parse_head(wire.as_bytes()).unwrap().unwrap().1
+    }
+
+    fn kind(asked_head: bool, wire: &str) -> Result<BodyKind, String> {
+        let head = head(wire);
+        body_kind(asked_head, head.status, &head.headers).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_response_body_is_delimited_as_rfc_9112_says() {
+        use BodyKind::*;
+        let rows: [(bool, &str, Result<BodyKind, &str>); 12] = [
+            (
+                false,
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",
+                Ok(Length(5)),
+            ),
+            (
+                true,
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",
+                Ok(Empty),
+            ),
+            (false, "HTTP/1.1 204 No Content\r\n\r\n", Ok(Empty)),
+            (
+                false,
+                "HTTP/1.1 304 Not Modified\r\ncontent-length: 9\r\n\r\n",
+                Ok(Empty),
+            ),
+            (
+                false,
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                Ok(Chunked),
+            ),
+            (
+                false,
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, Chunked\r\n\r\n",
+                Ok(Chunked),
+            ),
+            (
+                false,
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n",
+                Ok(UntilClose),
+            ),
+            (false, "HTTP/1.1 200 OK\r\n\r\n", Ok(UntilClose)),
+            (
+                false,
+                "HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\n\r\n",
+                Ok(Length(5)),
+            ),
+            (
+                false,
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n",
+                Err("differing"),
+            ),
+            (
+                false,
+                "HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n",
+                Err("invalid"),
+            ),
+            (
+                false,
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n",
+                Err("both"),
+            ),
+        ];
+        for (asked_head, wire, expected) in rows {
+            match (kind(asked_head, wire), expected) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{wire:?}"),
+                (Err(got), Err(want)) => assert!(got.contains(want), "{wire:?}: {got}"),
+                (got, want) => panic!("{wire:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn whether_the_origin_keeps_the_connection() {
+        for (wire, keeps) in [
+            ("HTTP/1.1 200 OK\r\n\r\n", true),
+            ("HTTP/1.1 200 OK\r\nconnection: Close\r\n\r\n", false),
+            ("HTTP/1.1 200 OK\r\nconnection: x-hop, close\r\n\r\n", false),
+            ("HTTP/1.0 200 OK\r\n\r\n", false),
+            ("HTTP/1.0 200 OK\r\nconnection: keep-alive\r\n\r\n", true),
+        ] {
+            assert_eq!(keeps_alive(&head(wire)), keeps, "{wire:?}");
+        }
+    }
+
+    #[test]
+    fn response_heads_parse_or_are_refused() {
+        assert!(
+            parse_head(b"HTTP/1.1 200 OK\r\ncontent-le")
+                .unwrap()
+                .is_none()
+        );
+        let (len, parsed) = parse_head(b"HTTP/1.1 404 Gone\r\nx-a: 1\r\nx-a: 2\r\n\r\nbody")
+            .unwrap()
+            .unwrap();
+        assert_eq!(len, 37);
+        assert_eq!(parsed.status, StatusCode::NOT_FOUND);
+        assert_eq!(parsed.headers.get_all("x-a").iter().count(), 2);
+        assert!(parse_head(b"HTTP/1.1 2000 OK\r\n\r\n").is_err());
+        assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
+        let many: String = (0..=MAX_FIELDS).map(|i| format!("x-{i}: 1\r\n")).collect();
+        assert!(parse_head(format!("HTTP/1.1 200 OK\r\n{many}\r\n").as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_request_head_is_origin_form_with_its_framing() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("api.example.com"));
+        let uri: http::Uri = "/v1/items?x=1".parse().unwrap();
+        assert_eq!(
+            request_head(&Method::POST, &uri, &headers, true),
+            b"POST /v1/items?x=1 HTTP/1.1\r\nhost: api.example.com\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        assert_eq!(
+            request_head(
+                &Method::GET,
+                &"/".parse().unwrap(),
+                &HeaderMap::new(),
+                false
+            ),
+            b"GET / HTTP/1.1\r\n\r\n"
+        );
+    }
+}
