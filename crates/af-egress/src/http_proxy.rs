@@ -97,7 +97,9 @@ async fn handle(
 ) -> Response<ProxyBody> {
     if req.method() == Method::CONNECT {
         return match mode {
-            HttpMode::Forward => tunnel::connect(req, peer, shared).await,
+            // Boxed, as the rarer branches are: each request's future is as large as its largest
+            // branch, and hyper keeps one per client connection.
+            HttpMode::Forward => Box::pin(tunnel::connect(req, peer, shared)).await,
             HttpMode::Transparent => plain(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "CONNECT goes to the proxy port, not here\n",
@@ -149,7 +151,7 @@ async fn handle(
             denied(&target, &reason)
         }
         Decision::Capture { rule, response } => {
-            capture(req, pending, &shared, &rule, response).await
+            Box::pin(capture(req, pending, &shared, &rule, response)).await
         }
         Decision::Allow { rule } => match dial_address(&target, &shared).await {
             Err(reason) => {
@@ -281,9 +283,12 @@ async fn send(
         .find(UpstreamConnection::is_usable);
     let connection = match reused {
         Some(connection) => connection,
-        None => UpstreamConnection::open(addr, shared.limits.connect_timeout())
-            .await
-            .map_err(Unanswered::Unreachable)?,
+        None => Box::pin(UpstreamConnection::open(
+            addr,
+            shared.limits.connect_timeout(),
+        ))
+        .await
+        .map_err(Unanswered::Unreachable)?,
     };
     let give_back = Box::new(move |connection| *lock(&slot) = Some(connection));
     connection
