@@ -165,6 +165,7 @@ impl UpstreamConnection {
             chunks: ChunkedDecoder::default(),
             reusable,
             give_back: Some(give_back),
+            handed_over: false,
             next_read: FIRST_READ,
         });
         *response.status_mut() = answer.status;
@@ -439,6 +440,8 @@ pub struct UpstreamBody {
     chunks: ChunkedDecoder,
     reusable: bool,
     give_back: Option<GiveBack>,
+    /// A piece of the body was handed to the client's side and not yet written to the client.
+    handed_over: bool,
     next_read: usize,
 }
 
@@ -475,6 +478,11 @@ impl UpstreamBody {
         }
     }
 
+    fn hand_over(&mut self, data: Bytes) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.handed_over = true;
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
+
     fn failed(&mut self, err: UpstreamError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.connection = None;
         self.kind = BodyKind::Empty;
@@ -507,13 +515,14 @@ impl Body for UpstreamBody {
                 BodyKind::Length(left) if !buf.is_empty() => {
                     let take = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
                     this.kind = BodyKind::Length(left - take as u64);
-                    return Poll::Ready(Some(Ok(Frame::data(buf.split_to(take).freeze()))));
+                    let data = buf.split_to(take).freeze();
+                    return this.hand_over(data);
                 }
                 BodyKind::Length(left) => {
                     usize::try_from(left).map_or(this.next_read, |l| l.min(this.next_read))
                 }
                 BodyKind::Chunked => match this.chunks.decode(buf) {
-                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Decoded::Data(data)) => return this.hand_over(data),
                     Ok(Decoded::Trailers(trailers)) => {
                         // The last frame: hyper asks for nothing after it.
                         this.kind = BodyKind::Empty;
@@ -524,10 +533,19 @@ impl Body for UpstreamBody {
                     Err(what) => return this.failed(UpstreamError::Protocol(what)),
                 },
                 BodyKind::UntilClose if !buf.is_empty() => {
-                    return Poll::Ready(Some(Ok(Frame::data(buf.split().freeze()))));
+                    let data = buf.split().freeze();
+                    return this.hand_over(data);
                 }
                 BodyKind::UntilClose => this.next_read,
             };
+            if std::mem::take(&mut this.handed_over) {
+                // hyper asks for the next piece as soon as it has one, before writing it; a read
+                // now would take the few bytes that arrived since — many small reads, each
+                // opening the TCP window a little. Let it write first, then read what came in
+                // meanwhile (one read per write, as with a connection task of its own).
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             buf.reserve(want);
             let room = buf.capacity() - buf.len();
             let read = loop {
