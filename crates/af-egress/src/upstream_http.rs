@@ -28,11 +28,10 @@ use crate::chunked::{self, ChunkedDecoder, Decoded};
 /// in 1 KiB; 4 KiB here made 64 busy clients' peak 0.2 MiB larger), large ones a few more reads.
 const FIRST_READ: usize = 1 << 10;
 
-/// The most one read takes. While a chunk read is still queued for the client the next read
-/// takes a new buffer, so a large response holds about twice this per connection: at 64 clients
-/// of 1 MiB responses, 64 KiB made the sidecar's peak 16 MiB and a quarter of squid's or more,
-/// 32 KiB makes it 12.8 at some 10-20 % fewer requests/s (still 4-5x squid's), 16 KiB 10 MiB at
-/// a third fewer (docs/performance.md).
+/// The most one read takes. While a piece read is still queued for the client the next read
+/// takes a new buffer, so a large response holds up to about twice this per connection: 64
+/// clients of 1 MiB responses peak at 10.5 MiB with it, a sixth of squid's (docs/performance.md;
+/// with hyper's client, 64 KiB here had made that peak a quarter of squid's or more).
 const MAX_READ: usize = 32 << 10;
 
 /// The largest response head accepted (status line and header fields).
