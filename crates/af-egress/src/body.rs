@@ -15,6 +15,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body type of every response the proxy sends and every request it forwards.
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
 
+/// What a proxy body's `poll_frame` returns.
+pub type FramePoll = Poll<Option<Result<Frame<Bytes>, BoxError>>>;
+
 /// A complete body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     Full::new(bytes.into())
@@ -65,10 +68,7 @@ where
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {

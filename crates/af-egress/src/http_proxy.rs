@@ -277,10 +277,10 @@ async fn send(
         }
         None => None,
     };
+    // The pool checks what it hands out; this client's own connection is checked here.
     let reused = own
-        .into_iter()
-        .chain(std::iter::from_fn(|| shared.upstreams.take(addr)))
-        .find(UpstreamConnection::is_usable);
+        .filter(UpstreamConnection::is_usable)
+        .or_else(|| shared.upstreams.take(addr));
     let connection = match reused {
         Some(connection) => connection,
         None => Box::pin(UpstreamConnection::open(

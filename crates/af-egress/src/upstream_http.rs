@@ -20,7 +20,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::net::TcpStream;
 
-use crate::body::{BoxError, ProxyBody};
+use crate::body::{BoxError, FramePoll, ProxyBody};
 use crate::chunked::{self, ChunkedDecoder, Decoded};
 
 /// The first read of an answer; a read that fills what it was given doubles the next, up to
@@ -91,15 +91,10 @@ pub struct UpstreamConnection {
 impl UpstreamConnection {
     pub async fn open(addr: SocketAddr, timeout: std::time::Duration) -> io::Result<Self> {
         let stream = crate::dial::connect(addr, timeout).await?;
-        Ok(UpstreamConnection {
-            addr,
-            stream,
-            buf: BytesMut::new(),
-        })
+        Ok(Self::over(addr, stream))
     }
 
-    /// A connection over a stream already open (the pool's tests).
-    #[cfg(test)]
+    /// A connection over a stream already open to `addr`.
     pub fn over(addr: SocketAddr, stream: TcpStream) -> Self {
         UpstreamConnection {
             addr,
@@ -455,7 +450,7 @@ impl std::fmt::Debug for UpstreamBody {
 
 impl UpstreamBody {
     /// The body is over: the connection goes back if it can carry another exchange, else closes.
-    fn finish(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn finish(&mut self) -> FramePoll {
         self.kind = BodyKind::Empty;
         self.release();
         Poll::Ready(None)
@@ -477,12 +472,12 @@ impl UpstreamBody {
         }
     }
 
-    fn hand_over(&mut self, data: Bytes) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn hand_over(&mut self, data: Bytes) -> FramePoll {
         self.handed_over = true;
         Poll::Ready(Some(Ok(Frame::data(data))))
     }
 
-    fn failed(&mut self, err: UpstreamError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn failed(&mut self, err: UpstreamError) -> FramePoll {
         self.connection = None;
         self.kind = BodyKind::Empty;
         Poll::Ready(Some(Err(Box::new(err))))
@@ -499,10 +494,7 @@ impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let this = self.get_mut();
         loop {
             let Some(connection) = this.connection.as_mut() else {
