@@ -25,7 +25,9 @@ use crate::decision_log::Pending;
 use crate::dial::{dial_address, logged_rule};
 use crate::policy::{Decision, DenyReason, Target, decide};
 use crate::tunnel;
-use crate::upstream_http::{UpstreamConnection, UpstreamError};
+use crate::upstream_http::{
+    ExchangeFailed, GiveBack, Outgoing, UpstreamBody, UpstreamConnection, UpstreamError,
+};
 
 /// Which face of the proxy a listener is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -262,13 +264,19 @@ enum Unanswered {
 /// something unasked on is dropped, before anything is written to it. This client's connection
 /// to another address goes to the pool. Once the answer has been read whole, the connection goes
 /// back to `slot` for this client's next request.
+///
+/// An origin may close an idle connection just as a request goes out on it (its keep-alive
+/// timeout, say), which no check beforehand can see. A request that then got no answer on a
+/// kept connection is sent once more, on a new one, when it may be ([`crate::upstream_http::replayable`]:
+/// idempotent and without a body), as Go's HTTP transport does; a new connection that fails is
+/// the origin's answer.
 async fn send(
     request: Request<ProxyBody>,
     addr: SocketAddr,
     own: Option<UpstreamConnection>,
     slot: UpstreamSlot,
     shared: &Arc<Shared>,
-) -> Result<Response<crate::upstream_http::UpstreamBody>, Unanswered> {
+) -> Result<Response<UpstreamBody>, Unanswered> {
     let own = match own {
         Some(own) if own.addr() == addr => Some(own),
         Some(other) => {
@@ -278,23 +286,46 @@ async fn send(
         None => None,
     };
     // The pool checks what it hands out; this client's own connection is checked here.
-    let reused = own
+    let kept = own
         .filter(UpstreamConnection::is_usable)
         .or_else(|| shared.upstreams.take(addr));
-    let connection = match reused {
-        Some(connection) => connection,
-        None => Box::pin(UpstreamConnection::open(
-            addr,
-            shared.limits.connect_timeout(),
-        ))
-        .await
-        .map_err(Unanswered::Unreachable)?,
+    let request = Outgoing::new(request);
+    let Some(connection) = kept else {
+        return Box::pin(send_on_new(request, addr, slot, shared)).await;
     };
-    let give_back = Box::new(move |connection| *lock(&slot) = Some(connection));
-    connection
-        .exchange(request, give_back)
+    match connection.exchange(request, give_back_to(&slot)).await {
+        Ok(response) => Ok(response),
+        Err(ExchangeFailed {
+            unanswered: Some(request),
+            ..
+        }) => {
+            shared.metrics.upstream_retried();
+            Box::pin(send_on_new(request, addr, slot, shared)).await
+        }
+        Err(failed) => Err(Unanswered::Failed(failed.error)),
+    }
+}
+
+/// Sends `request` on a new connection to `addr`.
+async fn send_on_new(
+    request: Outgoing,
+    addr: SocketAddr,
+    slot: UpstreamSlot,
+    shared: &Arc<Shared>,
+) -> Result<Response<UpstreamBody>, Unanswered> {
+    let connection = UpstreamConnection::open(addr, shared.limits.connect_timeout())
         .await
-        .map_err(Unanswered::Failed)
+        .map_err(Unanswered::Unreachable)?;
+    connection
+        .exchange(request, give_back_to(&slot))
+        .await
+        .map_err(|failed| Unanswered::Failed(failed.error))
+}
+
+/// Where a connection whose answer was read whole goes: back to the client's slot.
+fn give_back_to(slot: &UpstreamSlot) -> GiveBack {
+    let slot = slot.clone();
+    Box::new(move |connection| *lock(&slot) = Some(connection))
 }
 
 /// Answers a captured request itself and stores it in the inbox, body and all (up to the limit).

@@ -21,6 +21,7 @@ struct Counters {
     dns_refused: AtomicU64,
     dns_malformed: AtomicU64,
     dns_joined: AtomicU64,
+    upstream_retried: AtomicU64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -72,6 +73,11 @@ impl Metrics {
         self.0.dns_joined.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A request sent again on a new connection after a kept one ended under it unanswered.
+    pub fn upstream_retried(&self) {
+        self.0.upstream_retried.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition of every counter.
     pub fn render(&self, log: &DecisionLog, inbox: &Inbox) -> String {
         let c = &self.0;
@@ -99,6 +105,7 @@ impl Metrics {
              af_egress_dns_queries_total{{outcome=\"answered\"}} {}\naf_egress_dns_queries_total{{outcome=\"forwarded\"}} {}\n\
              af_egress_dns_queries_total{{outcome=\"refused\"}} {}\naf_egress_dns_queries_total{{outcome=\"malformed\"}} {}\n\
              # HELP af_egress_dns_forwards_joined_total Forwarded queries that joined an identical query already in flight instead of being sent again.\n# TYPE af_egress_dns_forwards_joined_total counter\naf_egress_dns_forwards_joined_total {}\n\
+             # HELP af_egress_upstream_retries_total Requests sent again on a new upstream connection after a kept one ended before answering.\n# TYPE af_egress_upstream_retries_total counter\naf_egress_upstream_retries_total {}\n\
              # HELP af_egress_inbox_entries Captured items held.\n# TYPE af_egress_inbox_entries gauge\naf_egress_inbox_entries {}\n",
             get(&c.connections_open),
             get(&c.connections_total),
@@ -109,6 +116,7 @@ impl Metrics {
             get(&c.dns_refused),
             get(&c.dns_malformed),
             get(&c.dns_joined),
+            get(&c.upstream_retried),
             inbox.len(),
         );
         out

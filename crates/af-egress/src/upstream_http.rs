@@ -123,24 +123,46 @@ impl UpstreamConnection {
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock)
     }
 
-    /// Sends `request` (origin-form, hop-by-hop headers removed) and reads the answer's head.
-    /// The body is read as the client takes it; when it ends and the connection stays open, the
-    /// connection goes to `give_back`.
+    /// Sends `request` and reads the answer's head. The body is read as the client takes it;
+    /// when it ends and the connection stays open, the connection goes to `give_back`. When the
+    /// connection ends before an answer and the request can be sent again, the failure hands it
+    /// back ([`ExchangeFailed::unanswered`]).
     pub async fn exchange(
         mut self,
-        request: Request<ProxyBody>,
+        request: Outgoing,
         give_back: GiveBack,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let asked_head = request.method() == Method::HEAD;
-        let (parts, body) = request.into_parts();
-        let chunked = !body.is_end_stream() && !parts.headers.contains_key(header::CONTENT_LENGTH);
-        let head = request_head(&parts.method, &parts.uri, &parts.headers, chunked);
-        drop(parts);
-        write_all(&self.stream, &[&head]).await?;
-        drop(head);
+    ) -> Result<Response<UpstreamBody>, ExchangeFailed> {
+        let Outgoing {
+            head,
+            body,
+            chunked,
+            asked_head,
+            replayable,
+        } = request;
         let (answer, upload_done) = if body.is_end_stream() {
-            (read_head(&self.stream, &mut self.buf).await?, true)
+            let answer = match write_all(&self.stream, &[&head]).await {
+                Ok(()) => read_head(&self.stream, &mut self.buf).await,
+                Err(err) => Err(err.into()),
+            };
+            match answer {
+                Ok(answer) => (answer, true),
+                Err(error) => {
+                    let ended = matches!(error, UpstreamError::Closed | UpstreamError::Io(_));
+                    let unanswered = (ended && replayable).then_some(Outgoing {
+                        head,
+                        body,
+                        chunked,
+                        asked_head,
+                        replayable,
+                    });
+                    return Err(ExchangeFailed { error, unanswered });
+                }
+            }
         } else {
+            write_all(&self.stream, &[&head])
+                .await
+                .map_err(UpstreamError::from)?;
+            drop(head);
             // Boxed: a request with a body is the rarer case, and the future that sends one
             // would otherwise make every request's future (kept per client connection) larger.
             Box::pin(upload_while_waiting(
@@ -167,6 +189,69 @@ impl UpstreamConnection {
         // origin spoke (hyper would close a kept-alive client connection after a 1.0 answer).
         *response.headers_mut() = answer.headers;
         Ok(response)
+    }
+}
+
+/// A request in the form it goes to an origin: its head written out (origin form, hop-by-hop
+/// fields already removed by the caller) and its body.
+pub struct Outgoing {
+    head: Vec<u8>,
+    body: ProxyBody,
+    /// The body is sent chunked (its length is not known).
+    chunked: bool,
+    asked_head: bool,
+    /// It may be sent again after a connection failed under it: see [`replayable`].
+    replayable: bool,
+}
+
+impl Outgoing {
+    pub fn new(request: Request<ProxyBody>) -> Outgoing {
+        let (parts, body) = request.into_parts();
+        let bodiless = body.is_end_stream();
+        let chunked = !bodiless && !parts.headers.contains_key(header::CONTENT_LENGTH);
+        Outgoing {
+            head: request_head(&parts.method, &parts.uri, &parts.headers, chunked),
+            asked_head: parts.method == Method::HEAD,
+            replayable: replayable(&parts.method, bodiless),
+            body,
+            chunked,
+        }
+    }
+}
+
+/// Whether a request may be sent a second time when the connection it went out on ended before
+/// any answer: only an idempotent one (RFC 9110 section 9.2.2), which the origin may safely
+/// receive twice (RFC 9112 section 9.3.1), and only without a body, whose bytes were streamed
+/// from the client and are gone.
+pub fn replayable(method: &Method, bodiless: bool) -> bool {
+    bodiless && method.is_idempotent()
+}
+
+impl std::fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outgoing")
+            .field("head", &String::from_utf8_lossy(&self.head))
+            .field("chunked", &self.chunked)
+            .field("replayable", &self.replayable)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An exchange that failed, with the request when it can be sent again on another connection.
+#[derive(Debug)]
+pub struct ExchangeFailed {
+    pub error: UpstreamError,
+    /// The request, when the connection ended (closed or failed) before any answer and the
+    /// request is [`replayable`].
+    pub unanswered: Option<Outgoing>,
+}
+
+impl From<UpstreamError> for ExchangeFailed {
+    fn from(error: UpstreamError) -> Self {
+        ExchangeFailed {
+            error,
+            unanswered: None,
+        }
     }
 }
 
@@ -680,6 +765,29 @@ mod tests {
         assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
         let many: String = (0..=MAX_FIELDS).map(|i| format!("x-{i}: 1\r\n")).collect();
         assert!(parse_head(format!("HTTP/1.1 200 OK\r\n{many}\r\n").as_bytes()).is_err());
+    }
+
+    #[test]
+    fn only_an_idempotent_request_without_a_body_is_sent_twice() {
+        for (method, bodiless, expected) in [
+            (Method::GET, true, true),
+            (Method::HEAD, true, true),
+            (Method::OPTIONS, true, true),
+            (Method::TRACE, true, true),
+            (Method::PUT, true, true),
+            (Method::DELETE, true, true),
+            (Method::POST, true, false),
+            (Method::PATCH, true, false),
+            (Method::CONNECT, true, false),
+            (Method::GET, false, false),
+            (Method::PUT, false, false),
+        ] {
+            assert_eq!(
+                replayable(&method, bodiless),
+                expected,
+                "{method} {bodiless}"
+            );
+        }
     }
 
     #[test]

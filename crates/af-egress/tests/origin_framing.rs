@@ -46,6 +46,7 @@ fn answer(path: &str, body: &[u8]) -> Vec<Vec<u8>> {
         }
         "/until-close" => whole("HTTP/1.0 200 OK\r\n\r\nuntil the origin closes"),
         "/garbage" => whole("SSH-2.0-not-http\r\n\r\n"),
+        "/stale" => whole("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfresh"),
         "/cut" => whole("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this"),
         _ => whole("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"),
     }
@@ -95,6 +96,7 @@ async fn scripted_origin() -> (Arc<AtomicUsize>, Seen) {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = vec![0u8; 65536];
+                let mut answered = 0;
                 loop {
                     while let Some(end) = find(&buf, b"\r\n\r\n") {
                         let head = String::from_utf8_lossy(&buf[..end]).to_string();
@@ -107,9 +109,16 @@ async fn scripted_origin() -> (Arc<AtomicUsize>, Seen) {
                             let _ = stream.read_to_end(&mut Vec::new()).await;
                             return;
                         }
+                        // Hangs up without an answer: at any request ("/drop"), or at one that
+                        // comes on a kept connection ("/stale", an origin whose keep-alive
+                        // timeout ran out as the request arrived).
+                        if path == "/drop" || (path == "/stale" && answered > 0) {
+                            return;
+                        }
                         let Some((body, used)) = request_body(&head, &buf[end + 4..]) else {
                             break;
                         };
+                        answered += 1;
                         buf.drain(..end + 4 + used);
                         for piece in answer(&path, &body) {
                             if stream.write_all(&piece).await.is_err() {
@@ -332,5 +341,54 @@ fn every_framing_reaches_the_client_and_the_connection_is_kept_when_it_can_be() 
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(logged, 14);
+    });
+}
+
+/// An origin that hangs up on a request arriving on a kept connection: a request that may be sent
+/// twice (idempotent, no body) goes again on a new connection and is answered; one that may not
+/// gets a 502; and a request that fails on a new connection is not sent again.
+#[test]
+fn a_request_the_origin_hangs_up_on_is_sent_again_only_when_it_may_be() {
+    in_private_network(|| async {
+        let (connections, seen) = scripted_origin().await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let mut client = proxy_client().await;
+        let asked = |path: &str| {
+            let line = format!(" {path} ");
+            let seen = seen.lock().unwrap();
+            seen.iter().filter(|head| head.contains(&line)).count()
+        };
+
+        let (_, body, _) = fetch(&mut client, "GET", "/length", empty()).await;
+        assert_eq!(body.as_deref(), Ok("hello"));
+        assert_eq!(connections.load(SeqCst), 1);
+        // Kept, then hung up on: sent again, on a second connection.
+        let (status, body, _) = fetch(&mut client, "GET", "/stale", empty()).await;
+        assert_eq!((status, body.as_deref()), (200, Ok("fresh")));
+        assert_eq!((asked("/stale"), connections.load(SeqCst)), (2, 2));
+
+        // A POST is not idempotent: sent once, and the client hears of the failure.
+        let (status, body, _) = fetch(&mut client, "POST", "/stale", empty()).await;
+        assert_eq!(status, 502, "{body:?}");
+        assert!(body.unwrap().contains("did not answer"));
+        assert_eq!((asked("/stale"), connections.load(SeqCst)), (3, 2));
+        // Nor a PUT with a body: the body was streamed from the client and is gone.
+        let (_, body, _) = fetch(&mut client, "GET", "/length", empty()).await;
+        assert_eq!(body.as_deref(), Ok("hello"));
+        let order = Full::new(Bytes::from_static(b"order")).boxed();
+        let (status, _, _) = fetch(&mut client, "PUT", "/stale", order).await;
+        assert_eq!(status, 502);
+        assert_eq!((asked("/stale"), connections.load(SeqCst)), (4, 3));
+
+        // On a new connection a hang-up is the origin's answer: not sent again.
+        let (status, _, _) = fetch(&mut client, "GET", "/drop", empty()).await;
+        assert_eq!(status, 502);
+        assert_eq!((asked("/drop"), connections.load(SeqCst)), (1, 4));
+
+        let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
+        assert!(
+            metrics.contains("af_egress_upstream_retries_total 1\n"),
+            "{metrics}"
+        );
     });
 }
