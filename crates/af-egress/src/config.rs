@@ -176,6 +176,9 @@ pub struct Limits {
     pub client_hello_timeout_ms: u64,
     /// Connecting to an upstream.
     pub connect_timeout_ms: u64,
+    /// An origin that sends nothing for this long while the sidecar waits for its answer (the
+    /// head or more of the body) has its exchange ended: 504 before the head, a cut body after.
+    pub upstream_read_timeout_ms: u64,
     /// An SMTP or DNS-over-TCP client idle for this long is dropped.
     pub idle_timeout_ms: u64,
     /// A forwarded internal DNS query waits this long for the platform's resolver.
@@ -196,6 +199,8 @@ impl Default for Limits {
             max_header_bytes: 64 << 10,
             client_hello_timeout_ms: 10_000,
             connect_timeout_ms: 10_000,
+            // Squid's read_timeout: long enough for a slow report or a long poll.
+            upstream_read_timeout_ms: 900_000,
             idle_timeout_ms: 60_000,
             dns_forward_timeout_ms: 2_000,
             max_mail_bytes: 10 << 20,
@@ -213,6 +218,9 @@ impl Limits {
     }
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms)
+    }
+    pub fn upstream_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream_read_timeout_ms)
     }
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_millis(self.idle_timeout_ms)
@@ -390,6 +398,12 @@ impl SidecarConfig {
                     .to_string(),
             );
         }
+        if self.limits.upstream_read_timeout_ms == 0 {
+            problems.push(
+                "limits.upstream_read_timeout_ms is 0; every origin would time out before it answers"
+                    .to_string(),
+            );
+        }
         if self.inbox.max_entries == 0 {
             problems.push(
                 "inbox.max_entries is 0; captured requests would be lost at once".to_string(),
@@ -465,6 +479,16 @@ mod tests {
         .unwrap_err();
         assert!(
             err.join("\n").contains("limits.worker_threads is 0"),
+            "{err:?}"
+        );
+        let err = parse_config(
+            &format!("{MINIMAL}limits: {{upstream_read_timeout_ms: 0}}\n"),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(
+            err.join("\n")
+                .contains("limits.upstream_read_timeout_ms is 0"),
             "{err:?}"
         );
     }

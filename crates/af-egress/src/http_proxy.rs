@@ -229,10 +229,11 @@ async fn relay(
                 up.load(Ordering::Relaxed),
                 0,
             );
-            return plain(
-                StatusCode::BAD_GATEWAY,
-                &format!("{addr} did not answer: {err}\n"),
-            );
+            let status = match err {
+                UpstreamError::Silent(_) => StatusCode::GATEWAY_TIMEOUT,
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            return plain(status, &format!("{addr} did not answer: {err}\n"));
         }
     };
     let (mut parts, body) = response.into_parts();
@@ -293,7 +294,11 @@ async fn send(
     let Some(connection) = kept else {
         return Box::pin(send_on_new(request, addr, slot, shared)).await;
     };
-    match connection.exchange(request, give_back_to(&slot)).await {
+    let read_timeout = shared.limits.upstream_read_timeout();
+    match connection
+        .exchange(request, read_timeout, give_back_to(&slot))
+        .await
+    {
         Ok(response) => Ok(response),
         Err(ExchangeFailed {
             unanswered: Some(request),
@@ -316,8 +321,9 @@ async fn send_on_new(
     let connection = UpstreamConnection::open(addr, shared.limits.connect_timeout())
         .await
         .map_err(Unanswered::Unreachable)?;
+    let read_timeout = shared.limits.upstream_read_timeout();
     connection
-        .exchange(request, give_back_to(&slot))
+        .exchange(request, read_timeout, give_back_to(&slot))
         .await
         .map_err(|failed| Unanswered::Failed(failed.error))
 }

@@ -13,6 +13,7 @@ use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -54,6 +55,8 @@ pub enum UpstreamError {
     Protocol(&'static str),
     /// The client's request body failed while it was being forwarded.
     RequestBody(BoxError),
+    /// The origin sent nothing for this long while its answer was awaited.
+    Silent(Duration),
 }
 
 impl std::fmt::Display for UpstreamError {
@@ -67,6 +70,11 @@ impl std::fmt::Display for UpstreamError {
             UpstreamError::RequestBody(err) => {
                 write!(f, "the client's request body failed: {err}")
             }
+            UpstreamError::Silent(quiet) => write!(
+                f,
+                "the origin sent nothing for {} s (limits.upstream_read_timeout_ms)",
+                quiet.as_secs_f64()
+            ),
         }
     }
 }
@@ -130,6 +138,7 @@ impl UpstreamConnection {
     pub async fn exchange(
         mut self,
         request: Outgoing,
+        read_timeout: Duration,
         give_back: GiveBack,
     ) -> Result<Response<UpstreamBody>, ExchangeFailed> {
         let Outgoing {
@@ -141,7 +150,7 @@ impl UpstreamConnection {
         } = request;
         let (answer, upload_done) = if body.is_end_stream() {
             let answer = match write_all(&self.stream, &[&head]).await {
-                Ok(()) => read_head(&self.stream, &mut self.buf).await,
+                Ok(()) => read_head(&self.stream, &mut self.buf, read_timeout).await,
                 Err(err) => Err(err.into()),
             };
             match answer {
@@ -170,6 +179,7 @@ impl UpstreamConnection {
                 &mut self.buf,
                 body,
                 chunked,
+                read_timeout,
             ))
             .await?
         };
@@ -183,6 +193,8 @@ impl UpstreamConnection {
             give_back: Some(give_back),
             handed_over: false,
             next_read: FIRST_READ,
+            silence: None,
+            read_timeout,
         });
         *response.status_mut() = answer.status;
         // The version stays HTTP/1.1: the answer is framed anew for the client, whatever the
@@ -284,9 +296,10 @@ async fn upload_while_waiting(
     buf: &mut BytesMut,
     body: ProxyBody,
     chunked: bool,
+    read_timeout: Duration,
 ) -> Result<(ResponseHead, bool), UpstreamError> {
     let upload = send_body(stream, body, chunked);
-    let answer = read_head(stream, buf);
+    let answer = read_head(stream, buf, read_timeout);
     tokio::pin!(upload, answer);
     let mut uploaded = None;
     loop {
@@ -361,8 +374,22 @@ struct ResponseHead {
 }
 
 /// Reads until `buf` holds a final response head and takes it off; informational answers
-/// (100 Continue, 103 Early Hints) are passed over.
-async fn read_head(stream: &TcpStream, buf: &mut BytesMut) -> Result<ResponseHead, UpstreamError> {
+/// (100 Continue, 103 Early Hints) are passed over. An origin that has not sent a whole head
+/// within `read_timeout` is given up on.
+async fn read_head(
+    stream: &TcpStream,
+    buf: &mut BytesMut,
+    read_timeout: Duration,
+) -> Result<ResponseHead, UpstreamError> {
+    tokio::time::timeout(read_timeout, read_head_untimed(stream, buf))
+        .await
+        .unwrap_or(Err(UpstreamError::Silent(read_timeout)))
+}
+
+async fn read_head_untimed(
+    stream: &TcpStream,
+    buf: &mut BytesMut,
+) -> Result<ResponseHead, UpstreamError> {
     loop {
         if let Some((len, head)) = parse_head(buf)? {
             buf.advance(len);
@@ -522,6 +549,18 @@ pub struct UpstreamBody {
     /// A piece of the body was handed to the client's side and not yet written to the client.
     handed_over: bool,
     next_read: usize,
+    /// While the origin is awaited: since when, and the timer that ends the wait. The timer is
+    /// made when a body first waits (most small bodies arrive with their head and never do) and
+    /// moved only when it fires early, not at every read.
+    silence: Option<Silence>,
+    read_timeout: Duration,
+}
+
+/// An origin's silence while a body is read.
+#[derive(Debug)]
+struct Silence {
+    since: Option<Instant>,
+    timer: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl std::fmt::Debug for UpstreamBody {
@@ -575,6 +614,28 @@ impl Drop for UpstreamBody {
     }
 }
 
+/// Ready when the origin has been silent for `read_timeout` since it was first awaited; else
+/// arranges to be woken then. A timer that fires early (set for an earlier wait) is moved on.
+fn watch_silence(
+    silence: &mut Option<Silence>,
+    read_timeout: Duration,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    let now = Instant::now();
+    let silence = silence.get_or_insert_with(|| Silence {
+        since: None,
+        timer: Box::pin(tokio::time::sleep(read_timeout)),
+    });
+    let deadline = *silence.since.get_or_insert(now) + read_timeout;
+    loop {
+        ready!(silence.timer.as_mut().poll(cx));
+        if Instant::now() >= deadline {
+            return Poll::Ready(());
+        }
+        silence.timer.as_mut().reset(deadline.into());
+    }
+}
+
 impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -625,14 +686,26 @@ impl Body for UpstreamBody {
             buf.reserve(want);
             let room = buf.capacity() - buf.len();
             let read = loop {
-                if let Err(err) = ready!(connection.stream.poll_read_ready(cx)) {
-                    break Err(err);
+                match connection.stream.poll_read_ready(cx) {
+                    Poll::Ready(Err(err)) => break Err(err),
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Pending => {
+                        return match watch_silence(&mut this.silence, this.read_timeout, cx) {
+                            Poll::Ready(()) => {
+                                this.failed(UpstreamError::Silent(this.read_timeout))
+                            }
+                            Poll::Pending => Poll::Pending,
+                        };
+                    }
                 }
                 match connection.stream.try_read_buf(&mut connection.buf) {
                     Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
                     other => break other,
                 }
             };
+            if let Some(silence) = this.silence.as_mut() {
+                silence.since = None;
+            }
             match read {
                 Ok(0) if this.kind == BodyKind::UntilClose => return this.finish(),
                 Ok(0) => return this.failed(UpstreamError::Closed),

@@ -46,6 +46,7 @@ fn answer(path: &str, body: &[u8]) -> Vec<Vec<u8>> {
         }
         "/until-close" => whole("HTTP/1.0 200 OK\r\n\r\nuntil the origin closes"),
         "/garbage" => whole("SSH-2.0-not-http\r\n\r\n"),
+        "/stall" => whole("HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf"),
         "/stale" => whole("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfresh"),
         "/cut" => whole("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this"),
         _ => whole("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"),
@@ -119,6 +120,10 @@ async fn scripted_origin() -> (Arc<AtomicUsize>, Seen) {
                             break;
                         };
                         answered += 1;
+                        if path == "/silent" {
+                            // Keeps the connection open and never answers.
+                            std::future::pending::<()>().await;
+                        }
                         buf.drain(..end + 4 + used);
                         for piece in answer(&path, &body) {
                             if stream.write_all(&piece).await.is_err() {
@@ -128,6 +133,10 @@ async fn scripted_origin() -> (Arc<AtomicUsize>, Seen) {
                         }
                         if closes_after(&path) {
                             return;
+                        }
+                        if path == "/stall" {
+                            // Half the body, then silence, the connection open.
+                            std::future::pending::<()>().await;
                         }
                     }
                     match stream.read(&mut chunk).await {
@@ -389,6 +398,36 @@ fn a_request_the_origin_hangs_up_on_is_sent_again_only_when_it_may_be() {
         assert!(
             metrics.contains("af_egress_upstream_retries_total 1\n"),
             "{metrics}"
+        );
+    });
+}
+
+/// An origin that goes silent — before its answer, or halfway through its body — is given up on
+/// after `limits.upstream_read_timeout_ms` (2 s in the tests' configuration): a 504 that says so,
+/// or a body that ends in an error rather than passing as whole; the sidecar serves on.
+#[test]
+fn an_origin_that_goes_silent_is_given_up_on() {
+    in_private_network(|| async {
+        let (_, _) = scripted_origin().await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let mut client = proxy_client().await;
+
+        let (status, body, _) = fetch(&mut client, "GET", "/silent", empty()).await;
+        assert_eq!(status, 504, "{body:?}");
+        assert!(body.unwrap().contains("sent nothing for 2 s"));
+        let (status, body, _) = fetch(&mut client, "GET", "/stall", empty()).await;
+        assert_eq!(status, 200);
+        assert!(body.is_err(), "a stalled body is not passed off as whole");
+
+        let mut client = proxy_client().await;
+        let (_, body, _) = fetch(&mut client, "GET", "/length", empty()).await;
+        assert_eq!(body.as_deref(), Ok("hello"));
+        let logged = decisions("?verdict=allow").await;
+        assert!(
+            logged
+                .iter()
+                .any(|d| d["bytes_down"] == 0 && d["bytes_up"] == 0),
+            "the silent origin's request is recorded: {logged:?}"
         );
     });
 }

@@ -156,6 +156,7 @@ webhooks:
 limits:
   header_read_timeout_ms: 1000
   client_hello_timeout_ms: 2000
+  upstream_read_timeout_ms: 2000
 {policy}
 {extra}
 ",
