@@ -290,7 +290,9 @@ fn request_head(method: &Method, uri: &http::Uri, headers: &HeaderMap, chunked: 
 
 /// Sends the request body while waiting for the answer's head; whether the body was all sent.
 /// The origin may answer before it has read the whole body (a refusal, say); then the rest is
-/// not sent and the connection is not reused.
+/// not sent and the connection is not reused. The origin's silence is counted from when the body
+/// has gone (or could not be sent): while it is still arriving from the client, the origin is
+/// not the one keeping the answer back.
 async fn upload_while_waiting(
     stream: &TcpStream,
     buf: &mut BytesMut,
@@ -299,18 +301,25 @@ async fn upload_while_waiting(
     read_timeout: Duration,
 ) -> Result<(ResponseHead, bool), UpstreamError> {
     let upload = send_body(stream, body, chunked);
-    let answer = read_head(stream, buf, read_timeout);
-    tokio::pin!(upload, answer);
+    let answer = read_head_untimed(stream, buf);
+    let silence = tokio::time::sleep(read_timeout);
+    tokio::pin!(upload, answer, silence);
     let mut uploaded = None;
     loop {
         tokio::select! {
             biased;
-            sent = &mut upload, if uploaded.is_none() => match sent {
-                Err(Upload::Client(err)) => return Err(UpstreamError::RequestBody(err)),
-                Err(Upload::Origin(err)) => uploaded = Some(Err(err)),
-                Ok(()) => uploaded = Some(Ok(())),
-            },
+            sent = &mut upload, if uploaded.is_none() => {
+                uploaded = match sent {
+                    Err(Upload::Client(err)) => return Err(UpstreamError::RequestBody(err)),
+                    Err(Upload::Origin(err)) => Some(Err(err)),
+                    Ok(()) => Some(Ok(())),
+                };
+                silence.as_mut().reset(tokio::time::Instant::now() + read_timeout);
+            }
             answer = &mut answer => return Ok((answer?, matches!(uploaded, Some(Ok(()))))),
+            () = &mut silence, if uploaded.is_some() => {
+                return Err(UpstreamError::Silent(read_timeout));
+            }
         }
     }
 }

@@ -404,7 +404,8 @@ fn a_request_the_origin_hangs_up_on_is_sent_again_only_when_it_may_be() {
 
 /// An origin that goes silent — before its answer, or halfway through its body — is given up on
 /// after `limits.upstream_read_timeout_ms` (2 s in the tests' configuration): a 504 that says so,
-/// or a body that ends in an error rather than passing as whole; the sidecar serves on.
+/// or a body that ends in an error rather than passing as whole; the sidecar serves on. A client
+/// whose upload takes longer than that is not counted against the origin.
 #[test]
 fn an_origin_that_goes_silent_is_given_up_on() {
     in_private_network(|| async {
@@ -418,6 +419,33 @@ fn an_origin_that_goes_silent_is_given_up_on() {
         let (status, body, _) = fetch(&mut client, "GET", "/stall", empty()).await;
         assert_eq!(status, 200);
         assert!(body.is_err(), "a stalled body is not passed off as whole");
+        let mut client = proxy_client().await;
+        let order = Full::new(Bytes::from_static(b"order")).boxed();
+        let (status, _, _) = fetch(&mut client, "POST", "/silent", order).await;
+        assert_eq!(status, 504, "silent after a whole upload");
+        // An upload that takes longer than the limit, the origin answering once it has it all:
+        // the origin was never the one keeping the answer back.
+        let slowly = futures_util::stream::unfold(0, |piece| async move {
+            if piece == 3 {
+                return None;
+            }
+            if piece > 0 {
+                tokio::time::sleep(Duration::from_millis(1200)).await;
+            }
+            let data = Frame::data(Bytes::from_static(b"part "));
+            Some((Ok::<_, std::convert::Infallible>(data), piece + 1))
+        });
+        let (status, body, _) = fetch(
+            &mut client,
+            "POST",
+            "/echo",
+            StreamBody::new(slowly).boxed(),
+        )
+        .await;
+        assert_eq!(
+            (status, body.as_deref()),
+            (200, Ok("got 15 bytes: part part part "))
+        );
 
         let mut client = proxy_client().await;
         let (_, body, _) = fetch(&mut client, "GET", "/length", empty()).await;
