@@ -268,9 +268,9 @@ enum Unanswered {
 ///
 /// An origin may close an idle connection just as a request goes out on it (its keep-alive
 /// timeout, say), which no check beforehand can see. A request that then got no answer on a
-/// kept connection is sent once more, on a new one, when it may be ([`crate::upstream_http::replayable`]:
-/// idempotent and without a body), as Go's HTTP transport does; a new connection that fails is
-/// the origin's answer.
+/// kept connection is sent once more, on a new one, when it may be (idempotent and without a
+/// body: [`crate::upstream_http::replayable`]), as Go's HTTP transport does; a new connection
+/// that fails is the origin's answer.
 async fn send(
     request: Request<ProxyBody>,
     addr: SocketAddr,
