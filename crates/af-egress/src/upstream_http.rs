@@ -141,47 +141,41 @@ impl UpstreamConnection {
         read_timeout: Duration,
         give_back: GiveBack,
     ) -> Result<Response<UpstreamBody>, ExchangeFailed> {
-        let Outgoing {
-            head,
-            body,
-            chunked,
-            asked_head,
-            replayable,
-        } = request;
-        let (answer, upload_done) = if body.is_end_stream() {
-            let answer = match write_all(&self.stream, &[&head]).await {
+        let written = write_all(&self.stream, &[&request.head]).await;
+        let (answer, upload_done, asked_head) = if request.body.is_end_stream() {
+            let answer = match written {
                 Ok(()) => read_head(&self.stream, &mut self.buf, read_timeout).await,
                 Err(err) => Err(err.into()),
             };
             match answer {
-                Ok(answer) => (answer, true),
+                Ok(answer) => (answer, true, request.asked_head),
                 Err(error) => {
                     let ended = matches!(error, UpstreamError::Closed | UpstreamError::Io(_));
-                    let unanswered = (ended && replayable).then_some(Outgoing {
-                        head,
-                        body,
-                        chunked,
-                        asked_head,
-                        replayable,
-                    });
+                    let unanswered = (ended && request.replayable).then_some(request);
                     return Err(ExchangeFailed { error, unanswered });
                 }
             }
         } else {
-            write_all(&self.stream, &[&head])
-                .await
-                .map_err(UpstreamError::from)?;
+            written.map_err(UpstreamError::from)?;
+            let Outgoing {
+                head,
+                body,
+                chunked,
+                asked_head,
+                ..
+            } = request;
             drop(head);
             // Boxed: a request with a body is the rarer case, and the future that sends one
             // would otherwise make every request's future (kept per client connection) larger.
-            Box::pin(upload_while_waiting(
+            let (answer, upload_done) = Box::pin(upload_while_waiting(
                 &self.stream,
                 &mut self.buf,
                 body,
                 chunked,
                 read_timeout,
             ))
-            .await?
+            .await?;
+            (answer, upload_done, asked_head)
         };
         let kind = body_kind(asked_head, answer.status, &answer.headers)?;
         let reusable = upload_done && kind != BodyKind::UntilClose && keeps_alive(&answer);
