@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use af_egress::refusal::AnswerCode;
 use af_manifest::ManifestCode;
 use af_runtime::RunCode;
 
@@ -23,6 +24,8 @@ fn errors_md_documents_exactly_the_existing_codes() {
         .iter()
         .map(|c| c.as_str().to_string())
         .chain(RunCode::ALL.iter().map(|c| c.as_str().to_string()))
+        // The sidecar's own HTTP answers to workloads: codes, but not exits of a command.
+        .chain(AnswerCode::ALL.iter().map(|c| c.as_str().to_string()))
         .collect();
     assert_eq!(
         documented, existing,

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use af_manifest::CannedResponse;
 use af_runtime::Verdict;
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -24,6 +23,7 @@ use crate::context::Shared;
 use crate::decision_log::Pending;
 use crate::dial::{dial_address, logged_rule};
 use crate::policy::{Decision, DenyReason, Target, decide};
+use crate::refusal::{Refusal, VERDICT_HEADER};
 use crate::tunnel;
 use crate::upstream_http::{
     ExchangeFailed, GiveBack, Outgoing, UpstreamBody, UpstreamConnection, UpstreamError,
@@ -102,10 +102,12 @@ async fn handle(
             // Boxed, as the rarer branches are: each request's future is as large as its largest
             // branch, and hyper keeps one per client connection.
             HttpMode::Forward => Box::pin(tunnel::connect(req, peer, shared)).await,
-            HttpMode::Transparent => plain(
+            HttpMode::Transparent => Refusal::not_forwardable(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "CONNECT goes to the proxy port, not here\n",
-            ),
+                "a CONNECT reached the sidecar's transparent HTTP port",
+                "send CONNECT to the proxy port (HTTPS_PROXY)",
+            )
+            .into_response(),
         };
     }
     let (host, port, protocol) = match mode {
@@ -114,25 +116,31 @@ async fn handle(
                 (host.to_string(), req.uri().port_u16().unwrap_or(80), "http")
             }
             (Some(_), Some(_)) => {
-                return plain(
+                return Refusal::not_forwardable(
                     StatusCode::BAD_REQUEST,
-                    "only http:// URLs are forwarded as requests; use CONNECT for https\n",
-                );
+                    "only http:// URLs are forwarded as requests",
+                    "use CONNECT for https (HTTPS_PROXY)",
+                )
+                .into_response();
             }
             _ => {
-                return plain(
+                return Refusal::not_forwardable(
                     StatusCode::BAD_REQUEST,
-                    "this is an HTTP proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port\n",
-                );
+                    "this is an HTTP proxy and the request names no http:// URL",
+                    "send absolute-form requests (GET http://host/path) or CONNECT host:port",
+                )
+                .into_response();
             }
         },
         HttpMode::Transparent => match host_header(req.headers()) {
             Some((host, port)) => (host, port.unwrap_or(80), "http-transparent"),
             None => {
-                return plain(
+                return Refusal::not_forwardable(
                     StatusCode::BAD_REQUEST,
-                    "no Host header: nothing to decide the request by\n",
-                );
+                    "no Host header: nothing to decide the request by",
+                    "send the Host header",
+                )
+                .into_response();
             }
         },
     };
@@ -150,7 +158,7 @@ async fn handle(
     match decide(&target, &shared.policy) {
         Decision::Deny { reason } => {
             pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
-            denied(&target, &reason)
+            Refusal::denied(&target, &reason).into_response()
         }
         Decision::Capture { rule, response } => {
             Box::pin(capture(req, pending, &shared, &rule, response)).await
@@ -158,7 +166,7 @@ async fn handle(
         Decision::Allow { rule } => match dial_address(&target, &shared).await {
             Err(reason) => {
                 pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
-                denied(&target, &reason)
+                Refusal::denied(&target, &reason).into_response()
             }
             Ok((ip, via)) => {
                 let addr = SocketAddr::new(ip, port);
@@ -203,10 +211,12 @@ async fn relay(
     parts.uri = match origin_form.parse() {
         Ok(uri) => uri,
         Err(_) => {
-            return plain(
+            return Refusal::not_forwardable(
                 StatusCode::BAD_REQUEST,
-                "the request target cannot be forwarded\n",
-            );
+                "the request target cannot be forwarded",
+                "send a path that is a valid origin-form request target",
+            )
+            .into_response();
         }
     };
     remove_hop_by_hop(&mut parts.headers);
@@ -216,10 +226,7 @@ async fn relay(
         Ok(response) => response,
         Err(Unanswered::Unreachable(err)) => {
             pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
-            return plain(
-                StatusCode::BAD_GATEWAY,
-                &format!("the sidecar could not reach {addr}: {err}\n"),
-            );
+            return Refusal::unreachable(addr, &err).into_response();
         }
         Err(Unanswered::Failed(err)) => {
             pending.finish(
@@ -229,11 +236,7 @@ async fn relay(
                 up.load(Ordering::Relaxed),
                 0,
             );
-            let status = match err {
-                UpstreamError::Silent(_) => StatusCode::GATEWAY_TIMEOUT,
-                _ => StatusCode::BAD_GATEWAY,
-            };
-            return plain(status, &format!("{addr} did not answer: {err}\n"));
+            return Refusal::no_answer(addr, &err).into_response();
         }
     };
     let (mut parts, body) = response.into_parts();
@@ -392,43 +395,11 @@ pub(crate) async fn capture(
     answer
 }
 
-/// Tells a client which verdict the sidecar reached, on every answer it makes itself.
-pub const VERDICT_HEADER: HeaderName = HeaderName::from_static("x-af-verdict");
-
 /// A request whose host is neither a name nor an address: recorded as denied, answered 400.
 pub fn refuse_invalid_host(pending: Pending, shared: &Shared) -> Response<ProxyBody> {
     let reason = DenyReason::InvalidHost.to_string();
     pending.finish(&shared.log, Verdict::Deny, &reason, 0, 0);
-    let mut response = plain(
-        StatusCode::BAD_REQUEST,
-        "the host is not a valid name or address\n",
-    );
-    response
-        .headers_mut()
-        .insert(VERDICT_HEADER, HeaderValue::from_static("deny"));
-    response
-}
-
-/// The answer to a denied request: 403 and why, in words.
-pub fn denied(target: &Target, reason: &DenyReason) -> Response<ProxyBody> {
-    let mut response = plain(
-        StatusCode::FORBIDDEN,
-        &format!("af egress: {target} is not allowed from this environment ({reason})\n"),
-    );
-    response
-        .headers_mut()
-        .insert(VERDICT_HEADER, HeaderValue::from_static("deny"));
-    response
-}
-
-pub fn plain(status: StatusCode, text: &str) -> Response<ProxyBody> {
-    let mut response = Response::new(full(Bytes::from(text.to_string())));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
+    Refusal::invalid_host().into_response()
 }
 
 /// Headers that describe one hop, not the message: never forwarded (RFC 9110 section 7.6.1),

@@ -40,6 +40,7 @@ mod http_proxy;
 pub mod inbox;
 mod metrics;
 pub mod policy;
+pub mod refusal;
 mod resolve;
 mod server;
 mod smtp;

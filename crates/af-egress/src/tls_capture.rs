@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use af_manifest::CannedResponse;
 use af_runtime::Verdict;
 use af_runtime::capture_trust::CaptureCaPem;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -32,7 +32,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::body::ProxyBody;
 use crate::context::Shared;
 use crate::decision_log::Pending;
-use crate::http_proxy::{capture, plain};
+use crate::http_proxy::capture;
+use crate::refusal::Refusal;
 
 /// Certificates minted for captured names are kept for reuse; past this many the cache starts
 /// over, so a workload naming endless hosts cannot grow the sidecar without bound.
@@ -299,13 +300,7 @@ async fn answer_request(
             0,
             0,
         );
-        return plain(
-            StatusCode::MISDIRECTED_REQUEST,
-            &format!(
-                "af egress: this connection was captured for {}; the request names {other}\n",
-                captured.host
-            ),
-        );
+        return Refusal::misdirected(&captured.host, &other).into_response();
     }
     capture(req, pending, shared, &captured.rule, &captured.response).await
 }

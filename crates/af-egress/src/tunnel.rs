@@ -18,8 +18,9 @@ use crate::body::{ProxyBody, full};
 use crate::context::Shared;
 use crate::decision_log::Pending;
 use crate::dial::{connect as dial, dial_address, logged_rule, read_hello};
-use crate::http_proxy::{denied, plain, refuse_invalid_host};
+use crate::http_proxy::refuse_invalid_host;
 use crate::policy::{Decision, DenyReason, Target, decide};
+use crate::refusal::Refusal;
 use crate::splice;
 use crate::tls_capture::{self, CapturedConnection, NO_CA_NOTE};
 
@@ -37,7 +38,12 @@ pub async fn connect(
     shared: Arc<Shared>,
 ) -> Response<ProxyBody> {
     let Some(authority) = req.uri().authority().cloned() else {
-        return plain(StatusCode::BAD_REQUEST, "CONNECT needs host:port\n");
+        return Refusal::not_forwardable(
+            StatusCode::BAD_REQUEST,
+            "the CONNECT names no host:port",
+            "send CONNECT host:port",
+        )
+        .into_response();
     };
     let host = authority.host().to_string();
     let port = authority.port_u16().unwrap_or(HTTPS_PORT);
@@ -48,7 +54,7 @@ pub async fn connect(
     let rule = match decide(&target, &shared.policy) {
         Decision::Deny { reason } => {
             pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
-            return denied(&target, &reason);
+            return Refusal::denied(&target, &reason).into_response();
         }
         Decision::Capture { rule, response } => {
             if shared.capture_ca.is_none() {
@@ -59,10 +65,7 @@ pub async fn connect(
                     0,
                     0,
                 );
-                return plain(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("af egress: {target} is captured; {NO_CA_NOTE}\n"),
-                );
+                return Refusal::capture_without_ca(&target, NO_CA_NOTE).into_response();
             }
             let captured = CapturedConnection {
                 peer,
@@ -87,7 +90,7 @@ pub async fn connect(
         Ok(chosen) => chosen,
         Err(reason) => {
             pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
-            return denied(&target, &reason);
+            return Refusal::denied(&target, &reason).into_response();
         }
     };
     let addr = SocketAddr::new(ip, port);
@@ -100,10 +103,7 @@ pub async fn connect(
         Ok(stream) => stream,
         Err(err) => {
             pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
-            return plain(
-                StatusCode::BAD_GATEWAY,
-                &format!("the sidecar could not reach {addr}: {err}\n"),
-            );
+            return Refusal::unreachable(addr, &err).into_response();
         }
     };
     let upgrade = hyper::upgrade::on(&mut req);

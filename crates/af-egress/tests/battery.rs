@@ -99,6 +99,14 @@ fn e11_a_proxy_ignoring_client_lands_on_the_sidecar() {
         )
         .await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        // The workload is told the code and what to do, not only refused.
+        assert!(
+            answer.contains("x-af-error: AF-RUN-052")
+                && answer.contains("af egress AF-RUN-052: tracker.example is not allowed")
+                && answer
+                    .contains("Do: to reach it, add it to the environment's egress allow list"),
+            "{answer}"
+        );
 
         let logged = decisions("").await;
         let allowed = logged

@@ -565,6 +565,7 @@ fn hostile_clients_are_refused_and_others_still_served() {
             assert!(
                 answer.starts_with("HTTP/1.1 400")
                     && answer.contains("not a valid name")
+                    && answer.contains("af egress AF-RUN-052")
                     && answer.to_ascii_lowercase().contains("x-af-verdict: deny"),
                 "{answer}"
             );
@@ -997,7 +998,9 @@ fn connect_to_an_unreachable_allowed_destination_is_a_502() {
         let answer = read_response(&mut stream).await;
         assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
         assert!(
-            answer.contains(&format!("could not reach {authority}")),
+            answer.contains(&format!(
+                "AF-RUN-054: the sidecar could not reach {authority}"
+            )),
             "{answer}"
         );
         let logged = decisions_once("", |r| r["port"] == 4443).await;
