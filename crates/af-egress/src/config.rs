@@ -129,8 +129,12 @@ fn default_log_bytes() -> u64 {
 pub struct InboxConfig {
     /// Oldest entries are dropped past this many.
     pub max_entries: usize,
-    /// Bodies are cut at this many bytes (the entry says so).
+    /// Bodies (of requests and of mail) are cut at this many bytes (the entry says so).
     pub max_body_bytes: usize,
+    /// Oldest entries are dropped while the entries held take more than this many bytes: the
+    /// inbox lives in the sidecar's memory, and whatever a workload sends to a captured host
+    /// must not be able to grow it past a bound the sidecar's memory limit was set for.
+    pub max_bytes: usize,
 }
 
 impl Default for InboxConfig {
@@ -138,6 +142,7 @@ impl Default for InboxConfig {
         InboxConfig {
             max_entries: 1000,
             max_body_bytes: 256 << 10,
+            max_bytes: 32 << 20,
         }
     }
 }
@@ -409,6 +414,12 @@ impl SidecarConfig {
                 "inbox.max_entries is 0; captured requests would be lost at once".to_string(),
             );
         }
+        if self.inbox.max_bytes < self.inbox.max_body_bytes {
+            problems.push(format!(
+                "inbox.max_bytes ({}) is below inbox.max_body_bytes ({}); an entry with a whole body would not fit",
+                self.inbox.max_bytes, self.inbox.max_body_bytes
+            ));
+        }
         for (service, target) in &self.webhooks {
             let port = target
                 .rsplit_once(':')
@@ -489,6 +500,22 @@ mod tests {
         assert!(
             err.join("\n")
                 .contains("limits.upstream_read_timeout_ms is 0"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn the_inbox_is_bounded_by_bytes_that_hold_at_least_one_whole_body() {
+        let loaded = parse_config(MINIMAL, Path::new(".")).unwrap();
+        assert_eq!(loaded.config.inbox.max_bytes, 32 << 20);
+        let err = parse_config(
+            &format!("{MINIMAL}inbox: {{max_body_bytes: 1048576, max_bytes: 65536}}\n"),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(
+            err.join("\n")
+                .contains("inbox.max_bytes (65536) is below inbox.max_body_bytes (1048576)"),
             "{err:?}"
         );
     }

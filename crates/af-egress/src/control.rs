@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use af_runtime::{DecisionQuery, Verdict, WebhookRequest};
+use af_runtime::{DecisionQuery, InboxEntry, Verdict, WebhookRequest};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Query, Request, State};
@@ -174,12 +174,19 @@ async fn decisions(
 }
 
 async fn inbox_list(State(state): State<Arc<ControlState>>) -> Response {
-    axum::Json(state.shared.inbox.list()).into_response()
+    let entries = state.shared.inbox.list();
+    axum::Json(
+        entries
+            .iter()
+            .map(AsRef::as_ref)
+            .collect::<Vec<&InboxEntry>>(),
+    )
+    .into_response()
 }
 
 async fn inbox_show(State(state): State<Arc<ControlState>>, Path(id): Path<String>) -> Response {
     match state.shared.inbox.get(&id) {
-        Some(entry) => axum::Json(entry).into_response(),
+        Some(entry) => axum::Json(entry.as_ref()).into_response(),
         None => (StatusCode::NOT_FOUND, format!("no inbox entry {id}\n")).into_response(),
     }
 }

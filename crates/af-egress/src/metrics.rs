@@ -106,7 +106,9 @@ impl Metrics {
              af_egress_dns_queries_total{{outcome=\"refused\"}} {}\naf_egress_dns_queries_total{{outcome=\"malformed\"}} {}\n\
              # HELP af_egress_dns_forwards_joined_total Forwarded queries that joined an identical query already in flight instead of being sent again.\n# TYPE af_egress_dns_forwards_joined_total counter\naf_egress_dns_forwards_joined_total {}\n\
              # HELP af_egress_upstream_retries_total Requests sent again on a new upstream connection after a kept one ended before answering.\n# TYPE af_egress_upstream_retries_total counter\naf_egress_upstream_retries_total {}\n\
-             # HELP af_egress_inbox_entries Captured items held.\n# TYPE af_egress_inbox_entries gauge\naf_egress_inbox_entries {}\n",
+             # HELP af_egress_inbox_entries Captured items held.\n# TYPE af_egress_inbox_entries gauge\naf_egress_inbox_entries {}\n\
+             # HELP af_egress_inbox_bytes Bytes the captured items held are counted as (bounded by inbox.max_bytes).\n# TYPE af_egress_inbox_bytes gauge\naf_egress_inbox_bytes {}\n\
+             # HELP af_egress_inbox_dropped_total Captured items dropped, oldest first, to stay within inbox.max_entries and inbox.max_bytes.\n# TYPE af_egress_inbox_dropped_total counter\naf_egress_inbox_dropped_total {}\n",
             get(&c.connections_open),
             get(&c.connections_total),
             get(&c.bytes_up),
@@ -118,6 +120,8 @@ impl Metrics {
             get(&c.dns_joined),
             get(&c.upstream_retried),
             inbox.len(),
+            inbox.bytes(),
+            inbox.dropped(),
         );
         out
     }

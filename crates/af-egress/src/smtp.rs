@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use af_manifest::MailPolicy;
-use af_runtime::{CapturedItem, Verdict};
+use af_runtime::Verdict;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -281,16 +281,16 @@ where
                     .and_then(|r| r.rsplit_once('@'))
                     .map_or("", |(_, domain)| domain)
                     .to_string();
-                let id = shared.inbox.add(CapturedItem::Mail {
-                    from: if from.is_empty() {
+                let id = shared.inbox.add_mail(
+                    if from.is_empty() {
                         message.from_header.clone()
                     } else {
                         from.clone()
                     },
-                    to: std::mem::take(&mut recipients),
-                    subject: message.subject,
-                    body: message.body,
-                });
+                    std::mem::take(&mut recipients),
+                    message.subject,
+                    message.body,
+                );
                 Pending::new(
                     &shared.environment,
                     peer.client,

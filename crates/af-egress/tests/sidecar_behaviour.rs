@@ -96,6 +96,64 @@ fn captured_http_and_mail_land_in_the_inbox() {
     });
 }
 
+/// What a workload sends to captured hosts is its own choice, and the inbox lives in the
+/// sidecar's memory: however much is sent, the inbox stays within `inbox.max_bytes` (oldest
+/// dropped first, each drop counted), bodies of mail as of requests are cut at
+/// `inbox.max_body_bytes`, and every request is still answered.
+#[test]
+fn the_inbox_stays_within_its_bytes_whatever_a_workload_sends() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(
+            POLICY,
+            "inbox: {max_entries: 1000, max_body_bytes: 65536, max_bytes: 200000}",
+        )
+        .await;
+        let body = "x".repeat(65536);
+        for n in 0..10 {
+            let answer = exchange(
+                addr(SIDECAR, 3128),
+                format!(
+                    "POST http://hooks.chat.test/{n} HTTP/1.1\r\nhost: hooks.chat.test\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await;
+            assert!(answer.starts_with("HTTP/1.1 202"), "{n}: {answer}");
+        }
+        let mut smtp = TcpStream::connect(addr(SIDECAR, 25)).await.unwrap();
+        let long_line = "y".repeat(998);
+        let mail_body = format!("{long_line}\r\n").repeat(100);
+        smtp.write_all(
+            format!("EHLO shop\r\nMAIL FROM:<orders@shop.test>\r\nRCPT TO:<alice@customer.test>\r\nDATA\r\nSubject: big\r\n\r\n{mail_body}.\r\nQUIT\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let transcript = read_all(&mut smtp).await;
+        assert!(transcript.contains("250 2.0.0 captured as"), "{transcript}");
+
+        let entries = inbox().await;
+        let paths: Vec<&str> = entries.iter().filter_map(|e| e["path"].as_str()).collect();
+        assert_eq!(paths, ["/8", "/9"], "the newest requests are kept");
+        let mail = entries.last().unwrap();
+        assert_eq!(mail["kind"], "mail");
+        assert_eq!(mail["body"].as_str().unwrap().len(), 65536);
+        assert_eq!(mail["truncated"], true);
+
+        let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
+        let value = |name: &str| -> u64 {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name} in {metrics}"))
+        };
+        assert!(value("af_egress_inbox_bytes") <= 200_000, "{metrics}");
+        assert_eq!(value("af_egress_inbox_entries"), 3);
+        assert_eq!(value("af_egress_inbox_dropped_total"), 8);
+    });
+}
+
 #[test]
 fn mail_is_refused_and_recorded_when_not_captured() {
     in_private_network(|| async {

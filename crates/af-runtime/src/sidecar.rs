@@ -104,6 +104,9 @@ pub enum CapturedItem {
         to: Vec<String>,
         subject: String,
         body: String,
+        /// True when the body was longer than the capture limit and was cut.
+        #[serde(default)]
+        truncated: bool,
     },
 }
 

@@ -250,7 +250,7 @@ async fn mail_kept(ctx: &Ctx<'_>, starttls: bool, subject: &str) -> Result<(), S
         .await
         .map_err(|e| e.to_string())?;
     let kept = inbox.iter().any(|entry| {
-        matches!(&entry.item, CapturedItem::Mail { from, to, subject: kept_subject, body }
+        matches!(&entry.item, CapturedItem::Mail { from, to, subject: kept_subject, body, .. }
             if from == "shop@conformance.test" && to.iter().any(|t| t == "ana@conformance.test")
                 && kept_subject == subject && body.contains("Thank you."))
     });
