@@ -190,6 +190,9 @@ pub struct Limits {
     pub dns_forward_timeout_ms: u64,
     /// The largest mail message accepted.
     pub max_mail_bytes: usize,
+    /// The most bytes of mail being received at once across all SMTP sessions (each message is
+    /// held whole until it ends); a message that does not fit is answered 452, try again later.
+    pub max_mail_bytes_in_flight: usize,
     /// The most threads the sidecar's async runtime runs on; never more than the cores it is
     /// given (a CPU limit counts). A sidecar sits beside a workload: by default it takes two, not
     /// one per core of the node, which on a large node would be dozens of threads and stacks, and
@@ -209,6 +212,7 @@ impl Default for Limits {
             idle_timeout_ms: 60_000,
             dns_forward_timeout_ms: 2_000,
             max_mail_bytes: 10 << 20,
+            max_mail_bytes_in_flight: 64 << 20,
             worker_threads: 2,
         }
     }
@@ -414,6 +418,12 @@ impl SidecarConfig {
                 "inbox.max_entries is 0; captured requests would be lost at once".to_string(),
             );
         }
+        if self.limits.max_mail_bytes_in_flight < self.limits.max_mail_bytes {
+            problems.push(format!(
+                "limits.max_mail_bytes_in_flight ({}) is below limits.max_mail_bytes ({}); a message of the largest size accepted would never fit",
+                self.limits.max_mail_bytes_in_flight, self.limits.max_mail_bytes
+            ));
+        }
         if self.inbox.max_bytes < self.inbox.max_body_bytes {
             problems.push(format!(
                 "inbox.max_bytes ({}) is below inbox.max_body_bytes ({}); an entry with a whole body would not fit",
@@ -505,7 +515,7 @@ mod tests {
     }
 
     #[test]
-    fn the_inbox_is_bounded_by_bytes_that_hold_at_least_one_whole_body() {
+    fn the_inbox_and_mail_in_flight_are_bounded_by_bytes_that_hold_at_least_one_whole_item() {
         let loaded = parse_config(MINIMAL, Path::new(".")).unwrap();
         assert_eq!(loaded.config.inbox.max_bytes, 32 << 20);
         let err = parse_config(
@@ -516,6 +526,17 @@ mod tests {
         assert!(
             err.join("\n")
                 .contains("inbox.max_bytes (65536) is below inbox.max_body_bytes (1048576)"),
+            "{err:?}"
+        );
+        let err = parse_config(
+            &format!("{MINIMAL}limits: {{max_mail_bytes: 2000, max_mail_bytes_in_flight: 1000}}\n"),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(
+            err.join("\n").contains(
+                "limits.max_mail_bytes_in_flight (1000) is below limits.max_mail_bytes (2000)"
+            ),
             "{err:?}"
         );
     }

@@ -7,6 +7,7 @@ use af_manifest::EgressPolicy;
 use crate::config::Limits;
 use crate::decision_log::DecisionLog;
 use crate::inbox::Inbox;
+use crate::mail_budget::MailBudget;
 use crate::metrics::Metrics;
 use crate::resolve::Resolver;
 use crate::tls_capture::CaptureCa;
@@ -25,4 +26,6 @@ pub struct Shared {
     pub capture_ca: Option<Arc<CaptureCa>>,
     /// Idle connections to allowed upstream addresses, for the next request to the same address.
     pub upstreams: UpstreamPool,
+    /// The bytes of mail being received at once, across SMTP sessions.
+    pub mail_budget: MailBudget,
 }

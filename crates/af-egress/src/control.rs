@@ -103,7 +103,9 @@ async fn metrics(State(state): State<Arc<ControlState>>) -> Response {
     let shared = &state.shared;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        shared.metrics.render(&shared.log, &shared.inbox),
+        shared
+            .metrics
+            .render(&shared.log, &shared.inbox, shared.mail_budget.in_use()),
     )
         .into_response()
 }

@@ -38,6 +38,7 @@ mod dns_forward;
 pub mod dns_wire;
 mod http_proxy;
 pub mod inbox;
+mod mail_budget;
 mod metrics;
 pub mod policy;
 pub mod refusal;

@@ -13,6 +13,7 @@ use crate::context::Shared;
 use crate::decision_log::DecisionLog;
 use crate::http_proxy::{self, HttpMode};
 use crate::inbox::Inbox;
+use crate::mail_budget::MailBudget;
 use crate::metrics::Metrics;
 use crate::resolve::Resolver;
 use crate::{control, dns, smtp, tunnel, upstream_pool};
@@ -76,6 +77,7 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
         limits: config.limits.clone(),
         capture_ca,
         upstreams: Default::default(),
+        mail_budget: MailBudget::new(config.limits.max_mail_bytes_in_flight),
     });
     let mut addresses = BoundAddresses::default();
     let mut tasks = JoinSet::new();

@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::context::Shared;
 use crate::decision_log::Pending;
+use crate::mail_budget::Claim;
 use crate::policy::DenyReason;
 use crate::tls_capture;
 
@@ -269,11 +270,14 @@ where
                 {
                     return Ended::Closed;
                 }
-                let Some(data) = read_data(reader, idle, max_bytes).await else {
-                    let _ = write
-                        .write_all(b"552 5.3.4 message too large or connection lost\r\n")
-                        .await;
-                    return Ended::Closed;
+                // Held until the message is in the inbox.
+                let mut claim = shared.mail_budget.claim();
+                let data = match read_data(reader, idle, max_bytes, &mut claim).await {
+                    Ok(data) => data,
+                    Err(refused) => {
+                        let _ = write.write_all(refused.reply()).await;
+                        return Ended::Closed;
+                    }
                 };
                 let message = parse_message(&data);
                 let host = recipients
@@ -356,21 +360,48 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
-/// The DATA section up to the lone ".", with dot-stuffing undone; `None` past `max_bytes`.
+/// Why a DATA section was not taken whole.
+#[derive(Debug, PartialEq, Eq)]
+enum DataRefused {
+    /// Past `limits.max_mail_bytes`.
+    TooLarge,
+    /// Past what is left of `limits.max_mail_bytes_in_flight`: other sessions hold the rest.
+    NoRoom,
+    /// The client went quiet or away, or sent an overlong line.
+    Lost,
+}
+
+impl DataRefused {
+    fn reply(&self) -> &'static [u8] {
+        match self {
+            DataRefused::TooLarge => b"552 5.3.4 message too large\r\n",
+            DataRefused::NoRoom => b"452 4.3.1 insufficient system storage: the sidecar is receiving too much mail at once; try again later\r\n",
+            DataRefused::Lost => b"552 5.3.4 message too large or connection lost\r\n",
+        }
+    }
+}
+
+/// The DATA section up to the lone ".", with dot-stuffing undone, each line claimed from the
+/// mail budget as it arrives.
 async fn read_data<R: tokio::io::AsyncBufRead + Unpin>(
     reader: &mut R,
     idle: std::time::Duration,
     max_bytes: usize,
-) -> Option<String> {
+    claim: &mut Claim<'_>,
+) -> Result<String, DataRefused> {
     let mut data = String::new();
     loop {
-        let line = read_line(reader, idle).await?;
+        let line = read_line(reader, idle).await.ok_or(DataRefused::Lost)?;
         if line == "." {
-            return Some(data);
+            return Ok(data);
         }
         let line = line.strip_prefix('.').unwrap_or(&line);
-        if data.len() + line.len() + 2 > max_bytes {
-            return None;
+        let size = line.len() + 2;
+        if data.len() + size > max_bytes {
+            return Err(DataRefused::TooLarge);
+        }
+        if !claim.grow(size) {
+            return Err(DataRefused::NoRoom);
         }
         data.push_str(line);
         data.push_str("\r\n");
@@ -389,6 +420,33 @@ mod tests {
         assert_eq!(message.subject, "Your order  #42");
         assert_eq!(message.from_header, "Shop <orders@shop.example>");
         assert_eq!(message.body, "Thanks!\r\n");
+    }
+
+    #[tokio::test]
+    async fn a_message_is_refused_past_its_own_limit_and_past_the_budget_left() {
+        use crate::mail_budget::MailBudget;
+        let idle = std::time::Duration::from_secs(5);
+        let read = |text: &'static str, max_bytes: usize, budget: usize| async move {
+            let budget = MailBudget::new(budget);
+            let mut claim = budget.claim();
+            let mut reader = BufReader::new(text.as_bytes());
+            let result = read_data(&mut reader, idle, max_bytes, &mut claim).await;
+            drop(claim);
+            assert_eq!(budget.in_use(), 0, "the claim is given back");
+            result
+        };
+        let message = "Subject: s\r\n\r\n..dot\r\n.\r\n";
+        assert_eq!(
+            read(message, 100, 100).await,
+            Ok("Subject: s\r\n\r\n.dot\r\n".to_string())
+        );
+        assert_eq!(read(message, 10, 100).await, Err(DataRefused::TooLarge));
+        assert_eq!(read(message, 100, 10).await, Err(DataRefused::NoRoom));
+        assert_eq!(
+            read("Subject: s\r\n", 100, 100).await,
+            Err(DataRefused::Lost)
+        );
+        assert!(DataRefused::NoRoom.reply().starts_with(b"452 4.3.1"));
     }
 
     #[test]

@@ -154,6 +154,69 @@ fn the_inbox_stays_within_its_bytes_whatever_a_workload_sends() {
     });
 }
 
+/// Each message is held whole until its final ".", so the bytes of mail received at once are
+/// bounded across sessions (`limits.max_mail_bytes_in_flight`): a message that does not fit in
+/// what other sessions leave is told to try again later (452), the session holding the rest
+/// finishes, and once it has, a message of the same size goes in.
+#[test]
+fn mail_received_at_once_is_bounded_across_sessions() {
+    in_private_network(|| async {
+        // The test configuration ends in its `limits` section: these lines go on under it.
+        let _sidecar = start_sidecar(
+            &format!("  max_mail_bytes: 100000\n  max_mail_bytes_in_flight: 150000\n{POLICY}"),
+            "",
+        )
+        .await;
+        let lines = |n: usize| format!("{}\r\n", "z".repeat(998)).repeat(n);
+        let envelope = "EHLO shop\r\nMAIL FROM:<orders@shop.test>\r\nRCPT TO:<alice@customer.test>\r\nDATA\r\n";
+
+        // A session holds 90 000 bytes of an unfinished message.
+        let mut holding = TcpStream::connect(addr(SIDECAR, 25)).await.unwrap();
+        holding
+            .write_all(format!("{envelope}{}", lines(90)).as_bytes())
+            .await
+            .unwrap();
+        let in_flight = || async {
+            let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("af_egress_mail_bytes_in_flight "))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{metrics}"))
+        };
+        let mut waited = 0;
+        while in_flight().await < 90_000 {
+            waited += 1;
+            assert!(
+                waited < 500,
+                "the sidecar never took the first message's lines"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+
+        // Another of 80 000 does not fit in the 60 000 left: try again later.
+        let send = |n: usize| async move {
+            let mut smtp = TcpStream::connect(addr(SIDECAR, 25)).await.unwrap();
+            smtp.write_all(format!("{envelope}{}.\r\nQUIT\r\n", lines(n)).as_bytes())
+                .await
+                .unwrap();
+            read_all(&mut smtp).await
+        };
+        let refused = send(80).await;
+        assert!(refused.contains("452 4.3.1"), "{refused}");
+        assert!(!refused.contains("captured as"), "{refused}");
+
+        // The holding session finishes; its bytes are given back, and the same message fits.
+        holding.write_all(b".\r\nQUIT\r\n").await.unwrap();
+        let finished = read_all(&mut holding).await;
+        assert!(finished.contains("250 2.0.0 captured as"), "{finished}");
+        let accepted = send(80).await;
+        assert!(accepted.contains("250 2.0.0 captured as"), "{accepted}");
+        assert_eq!(in_flight().await, 0);
+        assert_eq!(inbox().await.len(), 2);
+    });
+}
+
 #[test]
 fn mail_is_refused_and_recorded_when_not_captured() {
     in_private_network(|| async {
