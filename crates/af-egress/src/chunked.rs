@@ -285,4 +285,40 @@ mod tests {
         assert!(rest.is_empty());
         assert_eq!(last_chunk(None), b"0\r\n\r\n");
     }
+
+    proptest::proptest! {
+        /// Whatever an origin sends as a chunked body, in whatever pieces: decoded or refused,
+        /// never a panic, and never more data handed on than the wire carried.
+        #[test]
+        fn any_bytes_are_decoded_or_refused(
+            wire in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+            step in 1usize..64,
+        ) {
+            if let Ok((data, _, rest)) = decode_in_steps(&wire, step) {
+                proptest::prop_assert!(data.len() + rest.len() <= wire.len());
+            }
+        }
+
+        /// Any body, framed in any chunks and fed in any pieces, decodes to itself, and what
+        /// follows the body is left for the next response.
+        #[test]
+        fn any_chunking_of_any_body_decodes_to_the_body(
+            pieces in proptest::collection::vec(
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 1..80), 0..8),
+            step in 1usize..64,
+        ) {
+            let mut wire = Vec::new();
+            for piece in &pieces {
+                wire.extend(chunk_head(piece.len()));
+                wire.extend_from_slice(piece);
+                wire.extend_from_slice(b"\r\n");
+            }
+            wire.extend(last_chunk(None));
+            wire.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+            let (data, trailers, rest) = decode_in_steps(&wire, step).unwrap();
+            proptest::prop_assert_eq!(data, pieces.concat());
+            proptest::prop_assert!(trailers.is_empty());
+            proptest::prop_assert!(b"HTTP/1.1 200 OK\r\n".starts_with(&rest));
+        }
+    }
 }

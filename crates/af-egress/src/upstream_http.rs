@@ -745,6 +745,79 @@ mod tests {
         body_kind(asked_head, head.status, &head.headers).map_err(|e| e.to_string())
     }
 
+    /// Header fields an origin may send that decide the framing, with values near the edges.
+    fn framing_field() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            prop::sample::select(vec![
+                "content-length",
+                "transfer-encoding",
+                "connection",
+                "keep-alive",
+                "x-other",
+            ]),
+            prop::sample::select(vec![
+                "0",
+                "5",
+                " 5 ",
+                "5, 5",
+                "5,6",
+                "-1",
+                "",
+                "chunked",
+                "gzip, chunked",
+                "chunked, gzip",
+                "close",
+                "keep-alive",
+                "18446744073709551616",
+            ]),
+        )
+            .prop_map(|(name, value)| format!("{name}: {value}\r\n"))
+    }
+
+    proptest::proptest! {
+        /// Whatever an origin sends as its head: parsed or refused, never a panic; a parsed
+        /// head's length is within what was read, and its framing is decided or refused.
+        #[test]
+        fn any_response_head_is_parsed_or_refused(
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            status_line in proptest::prelude::any::<bool>(),
+        ) {
+            let mut wire = if status_line { b"HTTP/1.1 200 OK\r\n".to_vec() } else { Vec::new() };
+            wire.extend(tail);
+            if let Ok(Some((len, head))) = parse_head(&wire) {
+                proptest::prop_assert!(len <= wire.len());
+                let _ = body_kind(false, head.status, &head.headers);
+                let _ = keeps_alive(&head);
+            }
+        }
+
+        /// Any mix of framing fields: a length is only ever one that every Content-Length
+        /// agrees on, and chunked is never trusted beside a Content-Length.
+        #[test]
+        fn framing_fields_are_read_strictly(
+            fields in proptest::collection::vec(framing_field(), 0..5),
+        ) {
+            let wire = format!("HTTP/1.1 200 OK\r\n{}\r\n", fields.concat());
+            let head = head(&wire);
+            let lengths: Vec<&str> = fields
+                .iter()
+                .filter_map(|f| f.strip_prefix("content-length: "))
+                .collect();
+            match body_kind(false, head.status, &head.headers) {
+                Ok(BodyKind::Length(n)) => {
+                    for value in &lengths {
+                        for item in value.trim_end().split(',') {
+                            proptest::prop_assert_eq!(item.trim().parse::<u64>().ok(), Some(n));
+                        }
+                    }
+                }
+                Ok(BodyKind::Chunked) => proptest::prop_assert!(lengths.is_empty()),
+                _ => {}
+            }
+        }
+    }
+
     #[test]
     fn a_response_body_is_delimited_as_rfc_9112_says() {
         use BodyKind::*;
