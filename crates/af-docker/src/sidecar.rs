@@ -121,6 +121,7 @@ listen:
   tls: 0.0.0.0:443
   dns: 0.0.0.0:{DNS_PORT}
   smtp: [0.0.0.0:25, 0.0.0.0:587]
+  smtps: [0.0.0.0:465]
 dns:
   answer_v4: {internal_ip}
 control:

@@ -70,6 +70,9 @@ pub struct Listeners {
     /// SMTP sinks (usually 25 and 587).
     #[serde(default)]
     pub smtp: Vec<SocketAddr>,
+    /// SMTP sinks over implicit TLS (SMTPS, usually 465): answered behind the capture CA.
+    #[serde(default)]
+    pub smtps: Vec<SocketAddr>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -345,6 +348,7 @@ impl SidecarConfig {
             && listen.tls.is_none()
             && listen.dns.is_none()
             && listen.smtp.is_empty()
+            && listen.smtps.is_empty()
         {
             problems.push(
                 "listen names no listener; a sidecar that listens nowhere serves no one"
@@ -389,6 +393,7 @@ impl SidecarConfig {
         .into_iter()
         .flatten()
         .chain(listen.smtp.iter().copied())
+        .chain(listen.smtps.iter().copied())
         .collect();
         ports.sort();
         for pair in ports.windows(2) {

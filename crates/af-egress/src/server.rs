@@ -27,6 +27,7 @@ pub struct BoundAddresses {
     pub tls: Option<SocketAddr>,
     pub dns: Option<SocketAddr>,
     pub smtp: Vec<SocketAddr>,
+    pub smtps: Vec<SocketAddr>,
     pub control: Option<SocketAddr>,
 }
 
@@ -126,6 +127,11 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
         let listener = bind(*addr, "SMTP").await?;
         addresses.smtp.push(listener.local_addr()?);
         tasks.spawn(smtp::serve(listener, shared.clone()));
+    }
+    for addr in &config.listen.smtps {
+        let listener = bind(*addr, "SMTPS").await?;
+        addresses.smtps.push(listener.local_addr()?);
+        tasks.spawn(smtp::serve_implicit_tls(listener, shared.clone()));
     }
     let listener = bind(config.control.listen, "the control API").await?;
     addresses.control = Some(listener.local_addr()?);

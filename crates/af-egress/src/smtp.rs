@@ -25,6 +25,8 @@ use crate::tls_capture;
 const MAX_LINE: usize = 2048;
 const MAX_RECIPIENTS: usize = 100;
 
+const GREETING: &[u8] = b"220 af-sidecar ESMTP mail capture; nothing is delivered\r\n";
+
 /// Serves SMTP clients on `listener` for ever.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     crate::accept::accept_forever(listener, "smtp", |stream, client| {
@@ -85,8 +87,10 @@ fn path_argument(argument: &str) -> String {
 enum Tls {
     /// The sidecar has a capture CA: STARTTLS is offered.
     Offered,
-    /// The session already runs over TLS.
-    Active,
+    /// The session runs over TLS, started with STARTTLS.
+    Started,
+    /// The session runs over TLS from its first byte (SMTPS, RFC 8314).
+    Implicit,
     /// No capture CA.
     Unavailable,
 }
@@ -123,9 +127,7 @@ async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
             .await;
         return;
     }
-    let _ = write
-        .write_all(b"220 af-sidecar ESMTP mail capture; nothing is delivered\r\n")
-        .await;
+    let _ = write.write_all(GREETING).await;
     let peer = Peer {
         client,
         port,
@@ -145,6 +147,7 @@ async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
     if !reader.buffer().is_empty() {
         return record_tls(
             &peer,
+            "STARTTLS",
             "",
             "commands sent after STARTTLS, before the handshake",
         );
@@ -152,12 +155,57 @@ async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
     let Ok(stream) = reader.into_inner().reunite(write) else {
         return;
     };
-    let Some(secured) = start_tls(stream, &peer).await else {
+    let Some(secured) = start_tls(stream, &peer, "STARTTLS").await else {
         return;
     };
     let (read, mut write) = tokio::io::split(secured);
-    converse(&mut BufReader::new(read), &mut write, &peer, Tls::Active).await;
+    converse(&mut BufReader::new(read), &mut write, &peer, Tls::Started).await;
 }
+
+/// Serves SMTP over implicit TLS (SMTPS, RFC 8314: port 465) on `listener` for ever: the
+/// handshake first, answered behind the capture CA as STARTTLS is, then the same conversation.
+pub async fn serve_implicit_tls(listener: TcpListener, shared: Arc<Shared>) {
+    crate::accept::accept_forever(listener, "smtps", |stream, client| {
+        implicit_tls_session(stream, client, shared.clone())
+    })
+    .await;
+}
+
+async fn implicit_tls_session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
+    let _open = shared.metrics.connection_opened();
+    let port = stream.local_addr().map(|a| a.port()).unwrap_or(465);
+    let peer = Peer {
+        client,
+        port,
+        shared: &shared,
+    };
+    // A client that speaks TLS first cannot read a refusal in the clear: the session is closed,
+    // and the decision log says why.
+    if shared.policy.mail == MailPolicy::Deny {
+        Pending::new(&shared.environment, client, "smtp", "SMTPS", "", port).finish(
+            &shared.log,
+            Verdict::Deny,
+            &DenyReason::Mail.to_string(),
+            0,
+            0,
+        );
+        return;
+    }
+    if shared.capture_ca.is_none() {
+        return record_tls(&peer, "SMTPS", "", NO_CA_FOR_SMTPS);
+    }
+    let Some(secured) = start_tls(stream, &peer, "SMTPS").await else {
+        return;
+    };
+    let (read, mut write) = tokio::io::split(secured);
+    if write.write_all(GREETING).await.is_err() {
+        return;
+    }
+    converse(&mut BufReader::new(read), &mut write, &peer, Tls::Implicit).await;
+}
+
+/// What the decision log says of an SMTPS session to a sidecar without a capture CA.
+const NO_CA_FOR_SMTPS: &str = "tls not captured: this sidecar has no capture CA (tls_capture), so mail over implicit TLS cannot be answered; plain SMTP and STARTTLS on 25 and 587 can";
 
 /// Answers the TLS handshake after STARTTLS with a certificate, signed by the capture CA, for the
 /// name the client asked for (a client that names none is answered as `af-sidecar`); a handshake
@@ -165,6 +213,7 @@ async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
 async fn start_tls(
     stream: TcpStream,
     peer: &Peer<'_>,
+    method: &str,
 ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
     let ca = peer.shared.capture_ca.clone()?;
     let mut asked = String::new();
@@ -190,20 +239,21 @@ async fn start_tls(
     match tls_capture::bounded_handshake(peer.shared, handshake).await {
         Ok(secured) => Some(secured),
         Err(note) => {
-            record_tls(peer, &asked, &note);
+            record_tls(peer, method, &asked, &note);
             None
         }
     }
 }
 
-/// Records a STARTTLS that came to nothing: the mail it would have carried was not captured.
-fn record_tls(peer: &Peer<'_>, host: &str, note: &str) {
+/// Records a TLS session (`STARTTLS` or `SMTPS`) that came to nothing: the mail it would have
+/// carried was not captured.
+fn record_tls(peer: &Peer<'_>, method: &str, host: &str, note: &str) {
     let shared = peer.shared;
     Pending::new(
         &shared.environment,
         peer.client,
         "smtp",
-        "STARTTLS",
+        method,
         host,
         peer.port,
     )
@@ -227,7 +277,8 @@ where
     let idle = shared.limits.idle_timeout();
     let max_bytes = shared.limits.max_mail_bytes;
     let rule = match tls {
-        Tls::Active => "mail (starttls)",
+        Tls::Started => "mail (starttls)",
+        Tls::Implicit => "mail (smtps)",
         Tls::Offered | Tls::Unavailable => "mail",
     };
     let mut from = String::new();
@@ -330,7 +381,7 @@ where
                     };
                 }
                 Tls::Offered => b"501 5.5.4 STARTTLS takes no argument\r\n".to_vec(),
-                Tls::Active => b"503 5.5.1 TLS is already active\r\n".to_vec(),
+                Tls::Started | Tls::Implicit => b"503 5.5.1 TLS is already active\r\n".to_vec(),
                 Tls::Unavailable => b"454 4.7.0 TLS not available: this environment has no capture CA; the sink accepts plain SMTP\r\n".to_vec(),
             },
             _ => b"502 5.5.2 command not recognized\r\n".to_vec(),

@@ -997,6 +997,90 @@ fn mail_over_starttls_is_captured_behind_the_environment_ca() {
     });
 }
 
+/// Mail over implicit TLS (SMTPS, port 465) is captured behind the environment's CA as STARTTLS
+/// mail is: the handshake first, then the greeting and the same conversation, recorded as
+/// `mail (smtps)`.
+#[test]
+fn mail_over_smtps_is_captured_behind_the_environment_ca() {
+    in_private_network(|| async {
+        let (ca_cert, tls_capture) = capture_ca("smtps");
+        let _sidecar = start_sidecar(POLICY, &tls_capture).await;
+        let smtps = TcpStream::connect(addr(SIDECAR, 465)).await.unwrap();
+        let transcript = tls_exchange(
+            smtps,
+            "smtp.mail.test",
+            Some(&ca_cert),
+            b"EHLO shop\r\nMAIL FROM:<orders@shop.test>\r\nRCPT TO:<carol@customer.test>\r\nDATA\r\nSubject: Implicit\r\n\r\nOver SMTPS.\r\n.\r\nQUIT\r\n",
+        )
+        .await
+        .expect("the sink's certificate verifies against the environment's CA");
+        assert!(transcript.starts_with("220 af-sidecar"), "{transcript}");
+        assert!(transcript.contains("250 2.0.0 captured as"), "{transcript}");
+        assert!(
+            !transcript.contains("STARTTLS"),
+            "not offered over TLS: {transcript}"
+        );
+        let entries = inbox().await;
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(entries[0]["subject"], "Implicit");
+        assert_eq!(entries[0]["body"], "Over SMTPS.\r\n");
+        let captured = decisions("?verdict=capture").await;
+        assert_eq!(captured[0]["method"], "DATA", "{captured:?}");
+        assert_eq!(captured[0]["rule"], "mail (smtps)", "{captured:?}");
+        assert_eq!(captured[0]["port"], 465, "{captured:?}");
+    });
+}
+
+/// A client that speaks TLS first cannot read a refusal in the clear: without a capture CA, or
+/// with mail denied (next test), an SMTPS session is closed, and the decision log says why.
+#[test]
+fn smtps_without_a_capture_ca_is_closed_and_recorded() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let smtps = TcpStream::connect(addr(SIDECAR, 465)).await.unwrap();
+        let err = tls_exchange(smtps, "smtp.mail.test", None, b"EHLO x\r\n").await;
+        assert!(err.is_err(), "no handshake without a CA: {err:?}");
+        let record = smtps_record("capture").await;
+        assert!(
+            record["rule"]
+                .as_str()
+                .unwrap()
+                .starts_with("mail (tls not captured: this sidecar has no capture CA"),
+            "{record}"
+        );
+        assert!(inbox().await.is_empty());
+    });
+}
+
+#[test]
+fn smtps_with_mail_denied_is_closed_and_recorded() {
+    in_private_network(|| async {
+        let _sidecar = start_sidecar(&POLICY.replace("mail: capture", "mail: deny"), "").await;
+        let smtps = TcpStream::connect(addr(SIDECAR, 465)).await.unwrap();
+        let err = tls_exchange(smtps, "smtp.mail.test", None, b"EHLO x\r\n").await;
+        assert!(err.is_err(), "mail denied: {err:?}");
+        let record = smtps_record("deny").await;
+        assert_eq!(record["rule"], "mail-denied", "{record}");
+        assert!(inbox().await.is_empty());
+    });
+}
+
+/// The decision record of an SMTPS session with `verdict`, once the sidecar has written it
+/// (asked again for a while, so a missing one fails).
+async fn smtps_record(verdict: &str) -> serde_json::Value {
+    for _ in 0..100 {
+        let found = decisions(&format!("?verdict={verdict}"))
+            .await
+            .into_iter()
+            .find(|r| r["method"] == "SMTPS");
+        if let Some(found) = found {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no SMTPS {verdict} record");
+}
+
 /// The positive control for the offer: without a capture CA, STARTTLS is neither offered nor
 /// accepted, and plain mail is still captured.
 #[test]

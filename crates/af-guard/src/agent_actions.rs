@@ -183,10 +183,13 @@ pub struct MailRequest {
     /// does.
     #[serde(default)]
     pub starttls: bool,
+    /// Speak TLS from the first byte (SMTPS, port 465), the server verified the same way.
+    #[serde(default)]
+    pub implicit_tls: bool,
 }
 
-/// One message over SMTP, plain or after STARTTLS; `{"sent": true}` or `{"error"}` naming the
-/// step that failed.
+/// One message over SMTP, plain, after STARTTLS, or over implicit TLS; `{"sent": true}` or
+/// `{"error"}` naming the step that failed.
 pub fn send_mail(request: &MailRequest) -> Value {
     let message = format!(
         "From: {}\r\nTo: {}\r\nSubject: {}\r\n\r\n{}\r\n.\r\n",
@@ -201,11 +204,32 @@ pub fn send_mail(request: &MailRequest) -> Value {
         (message, "250"),
         ("QUIT\r\n".into(), "221"),
     ];
+    // The server's name, for verifying its certificate.
+    let host = request
+        .server
+        .rsplit_once(':')
+        .map_or(request.server.as_str(), |(host, _)| host);
+    let secure = |stream: TcpStream| -> Result<_, String> {
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| format!("{host}: {e}"))?;
+        let connection =
+            rustls::ClientConnection::new(crate::agent_https::environment_trust()?, name)
+                .map_err(|e| e.to_string())?;
+        Ok(BufReader::new(rustls::StreamOwned::new(connection, stream)))
+    };
     let conversation = || -> Result<(), String> {
         let stream = TcpStream::connect(&request.server).map_err(|e| format!("connect: {e}"))?;
         stream
             .set_read_timeout(Some(TIMEOUT))
             .map_err(|e| e.to_string())?;
+        if request.implicit_tls {
+            let mut secured = secure(stream)?;
+            smtp_step(&mut secured, "", "220").map_err(|e| format!("over TLS: {e}"))?;
+            return envelope
+                .iter()
+                .try_for_each(|(say, want)| smtp_step(&mut secured, say, want))
+                .map_err(|e| format!("over TLS: {e}"));
+        }
         let mut plain = BufReader::new(stream);
         smtp_step(&mut plain, "", "220")?;
         if !request.starttls {
@@ -218,16 +242,7 @@ pub fn send_mail(request: &MailRequest) -> Value {
         if !plain.buffer().is_empty() {
             return Err("the server said more before the handshake".into());
         }
-        let host = request
-            .server
-            .rsplit_once(':')
-            .map_or(request.server.as_str(), |(host, _)| host);
-        let name = rustls::pki_types::ServerName::try_from(host.to_string())
-            .map_err(|e| format!("{host}: {e}"))?;
-        let connection =
-            rustls::ClientConnection::new(crate::agent_https::environment_trust()?, name)
-                .map_err(|e| e.to_string())?;
-        let mut secured = BufReader::new(rustls::StreamOwned::new(connection, plain.into_inner()));
+        let mut secured = secure(plain.into_inner())?;
         envelope
             .iter()
             .try_for_each(|(say, want)| smtp_step(&mut secured, say, want))
@@ -336,6 +351,7 @@ mod tests {
             subject: "s".into(),
             body: "b".into(),
             starttls,
+            implicit_tls: false,
         }
     }
 

@@ -73,6 +73,12 @@ pub fn all() -> Vec<Behaviour> {
             inbox_mail_starttls,
         ),
         b(
+            "egress_mail_over_smtps_is_captured_into_the_inbox",
+            Some(Capability::HttpsCapture),
+            "mail sent over implicit TLS to port 465, the sink's certificate verified by the service's own trust store as the runtime set it, is accepted by the sidecar and kept in the inbox",
+            inbox_mail_smtps,
+        ),
+        b(
             "egress_webhook_reaches_the_service",
             Some(Capability::WebhookTrigger),
             "the sidecar delivers a request to a service as a third party would, and returns its answer",
@@ -227,17 +233,33 @@ async fn captured_post_kept(
     require(kept, || format!("not in the inbox: {inbox:?}"))
 }
 
-/// Sends one message through the sidecar's SMTP sink (after STARTTLS when `starttls`) and
-/// requires it in the inbox, parsed.
-async fn mail_kept(ctx: &Ctx<'_>, starttls: bool, subject: &str) -> Result<(), String> {
+/// How a message reaches the sidecar's SMTP sink.
+#[derive(Clone, Copy)]
+enum MailTransport {
+    Plain,
+    /// STARTTLS on 25.
+    StartTls,
+    /// Implicit TLS on 465.
+    Smtps,
+}
+
+/// Sends one message through the sidecar's SMTP sink over `transport` and requires it in the
+/// inbox, parsed.
+async fn mail_kept(ctx: &Ctx<'_>, transport: MailTransport, subject: &str) -> Result<(), String> {
     let id = main_env(ctx).await?;
+    let port = match transport {
+        MailTransport::Plain | MailTransport::StartTls => 25,
+        MailTransport::Smtps => 465,
+    };
     let (_, sent) = ctx
         .agent(
             &id,
             "agent",
             "POST",
             "/mail",
-            json!({"server": format!("{MAIL_NAME}:25"), "from": "shop@conformance.test", "to": "ana@conformance.test", "subject": subject, "body": "Thank you.", "starttls": starttls}),
+            json!({"server": format!("{MAIL_NAME}:{port}"), "from": "shop@conformance.test", "to": "ana@conformance.test", "subject": subject, "body": "Thank you.",
+                "starttls": matches!(transport, MailTransport::StartTls),
+                "implicit_tls": matches!(transport, MailTransport::Smtps)}),
         )
         .await?;
     require(sent["sent"] == true, || {
@@ -258,13 +280,21 @@ async fn mail_kept(ctx: &Ctx<'_>, starttls: bool, subject: &str) -> Result<(), S
 }
 
 check!(inbox_mail, ctx, {
-    mail_kept(ctx, false, "Order 7").await?;
+    mail_kept(ctx, MailTransport::Plain, "Order 7").await?;
     Ok("the message is in the inbox, parsed".into())
 });
 
 check!(inbox_mail_starttls, ctx, {
-    mail_kept(ctx, true, "Order 8, sealed").await?;
+    mail_kept(ctx, MailTransport::StartTls, "Order 8, sealed").await?;
     Ok("STARTTLS verified against the service's trust store; the message is in the inbox".into())
+});
+
+check!(inbox_mail_smtps, ctx, {
+    mail_kept(ctx, MailTransport::Smtps, "Order 9, sealed from the start").await?;
+    Ok(
+        "implicit TLS verified against the service's trust store; the message is in the inbox"
+            .into(),
+    )
 });
 
 check!(webhook, ctx, {

@@ -132,6 +132,7 @@ listen:
   tls: {SIDECAR}:443
   dns: {SIDECAR}:53
   smtp: [{SIDECAR}:25]
+  smtps: [{SIDECAR}:465]
 dns:
   answer_v4: {SIDECAR}
   internal_names: [web]

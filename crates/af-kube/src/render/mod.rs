@@ -37,6 +37,8 @@ pub mod ports {
     pub const TLS: u16 = 443;
     /// The SMTP sink.
     pub const SMTP: [u16; 2] = [25, 587];
+    /// The SMTP sink over implicit TLS (SMTPS).
+    pub const SMTPS: u16 = 465;
     /// The control API: never published to workloads, never allowed by a policy.
     pub const CONTROL: u16 = 9901;
 }

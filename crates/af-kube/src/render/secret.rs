@@ -46,6 +46,7 @@ listen:
   tls: 0.0.0.0:{tls}
   dns: 0.0.0.0:{dns}
   smtp: [0.0.0.0:{smtp0}, 0.0.0.0:{smtp1}]
+  smtps: [0.0.0.0:{smtps}]
 dns:
   {answer}
   internal_names: [{names}]
@@ -66,6 +67,7 @@ webhooks: {{{webhooks}}}
         dns = ports::DNS,
         smtp0 = ports::SMTP[0],
         smtp1 = ports::SMTP[1],
+        smtps = ports::SMTPS,
         names = internal_names.join(", "),
         domain = input.cluster.domain,
         upstream = input.cluster.dns,

@@ -31,6 +31,11 @@ pub fn sidecar_ports() -> Vec<ServicePort> {
     for smtp in ports::SMTP {
         out.push(port(&format!("smtp-{smtp}"), smtp, "TCP"));
     }
+    out.push(port(
+        &format!("smtps-{}", ports::SMTPS),
+        ports::SMTPS,
+        "TCP",
+    ));
     out
 }
 
