@@ -24,10 +24,10 @@ use crate::decision_log::Pending;
 use crate::dial::{dial_address, logged_rule};
 use crate::policy::{Decision, DenyReason, Target, decide};
 use crate::refusal::{Refusal, VERDICT_HEADER};
-use crate::tunnel;
 use crate::upstream_http::{
     ExchangeFailed, GiveBack, Outgoing, UpstreamBody, UpstreamConnection, UpstreamError,
 };
+use crate::{tunnel, upgrade};
 
 /// Which face of the proxy a listener is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +171,15 @@ async fn handle(
             Ok((ip, via)) => {
                 let addr = SocketAddr::new(ip, port);
                 pending.set_resolved(addr);
-                relay(req, addr, pending, logged_rule(rule, via), shared, upstream).await
+                let rule = logged_rule(rule, via);
+                // An upgrade with a body is forwarded as a plain request, its Upgrade dropped.
+                let bodiless = hyper::body::Body::is_end_stream(req.body());
+                match upgrade::requested(req.headers()).filter(|_| bodiless) {
+                    Some(protocols) => {
+                        Box::pin(upgrade::relay(req, protocols, addr, pending, rule, shared)).await
+                    }
+                    None => relay(req, addr, pending, rule, shared, upstream).await,
+                }
             }
         },
     }
@@ -195,31 +203,10 @@ async fn relay(
     upstream: UpstreamSlot,
 ) -> Response<ProxyBody> {
     let up = Arc::new(AtomicU64::new(0));
-    let down = Arc::new(AtomicU64::new(0));
     let (mut parts, body) = req.into_parts();
-    let origin_form = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_string();
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(authority) = parts.uri.authority()
-        && let Ok(value) = HeaderValue::from_str(authority.as_str())
-    {
-        parts.headers.insert(header::HOST, value);
+    if let Err(refused) = for_origin(&mut parts) {
+        return refused.into_response();
     }
-    parts.uri = match origin_form.parse() {
-        Ok(uri) => uri,
-        Err(_) => {
-            return Refusal::not_forwardable(
-                StatusCode::BAD_REQUEST,
-                "the request target cannot be forwarded",
-                "send a path that is a valid origin-form request target",
-            )
-            .into_response();
-        }
-    };
-    remove_hop_by_hop(&mut parts.headers);
     let request = Request::from_parts(parts, CountedBody::new(body, up.clone(), None).boxed());
     let own = lock(&upstream).take();
     let response = match send(request, addr, own, upstream, &shared).await {
@@ -239,6 +226,45 @@ async fn relay(
             return Refusal::no_answer(addr, &err).into_response();
         }
     };
+    to_client(response, up, pending, rule, &shared)
+}
+
+/// Makes a client's request one to send to the origin: origin form, a Host header (from the
+/// absolute URI when the client sent none), no hop-by-hop fields; a target that cannot be put in
+/// origin form is refused.
+pub(crate) fn for_origin(parts: &mut http::request::Parts) -> Result<(), Refusal> {
+    let origin_form = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_string();
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(authority) = parts.uri.authority()
+        && let Ok(value) = HeaderValue::from_str(authority.as_str())
+    {
+        parts.headers.insert(header::HOST, value);
+    }
+    parts.uri = origin_form.parse().map_err(|_| {
+        Refusal::not_forwardable(
+            StatusCode::BAD_REQUEST,
+            "the request target cannot be forwarded",
+            "send a path that is a valid origin-form request target",
+        )
+    })?;
+    remove_hop_by_hop(&mut parts.headers);
+    Ok(())
+}
+
+/// The origin's answer as the client gets it: without hop-by-hop fields, its body counted, the
+/// decision recorded with both bodies' bytes (`up`, counted as the request went) when it ends.
+pub(crate) fn to_client(
+    response: Response<UpstreamBody>,
+    up: Arc<AtomicU64>,
+    pending: Pending,
+    rule: String,
+    shared: &Shared,
+) -> Response<ProxyBody> {
+    let down = Arc::new(AtomicU64::new(0));
     let (mut parts, body) = response.into_parts();
     remove_hop_by_hop(&mut parts.headers);
     let log = shared.log.clone();
@@ -405,7 +431,7 @@ pub fn refuse_invalid_host(pending: Pending, shared: &Shared) -> Response<ProxyB
 /// Headers that describe one hop, not the message: never forwarded (RFC 9110 section 7.6.1),
 /// together with every header the Connection header names. (`Trailer` is end to end: it names
 /// the trailer fields, which hyper passes on to the client only when they are declared.)
-fn remove_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()

@@ -49,6 +49,7 @@ mod splice;
 pub mod tls_capture;
 mod tunnel;
 mod udp_batch;
+mod upgrade;
 mod upstream_http;
 mod upstream_pool;
 mod webhook;

@@ -179,7 +179,7 @@ async fn splice_tls<C>(
     if let Err(reason) = check_server_name(target, server_name.as_deref(), shared) {
         return pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
     }
-    relay_to(client, hello, upstream, pending, rule, shared).await;
+    relay_to(client, hello, &[], upstream, pending, rule, shared).await;
 }
 
 /// Domain fronting: a tunnel to an allowed name must carry that name in its ClientHello. A tunnel
@@ -205,11 +205,13 @@ fn check_server_name(
     }
 }
 
-/// Writes the bytes already read from the client to `upstream`, then relays both ways: in the
-/// kernel when the client is a plain socket underneath ([`crate::splice`]), by copying otherwise.
-async fn relay_to<C>(
+/// Writes the bytes already read from the client to `upstream` (and those already read from
+/// upstream, `for_client`, to the client), then relays both ways: in the kernel when the client
+/// is a plain socket underneath ([`crate::splice`]), by copying otherwise.
+pub(crate) async fn relay_to<C>(
     client: C,
     already_read: Vec<u8>,
+    for_client: &[u8],
     mut upstream: TcpStream,
     pending: Pending,
     rule: &str,
@@ -217,7 +219,7 @@ async fn relay_to<C>(
 ) where
     C: AsyncRead + AsyncWrite + Unpin + IntoSocket,
 {
-    let (client, rest) = match client.into_socket() {
+    let (mut client, rest) = match client.into_socket() {
         Ok((socket, rest)) => (Ok(socket), rest),
         Err(client) => (Err(client), bytes::Bytes::new()),
     };
@@ -225,6 +227,13 @@ async fn relay_to<C>(
         if upstream.write_all(first).await.is_err() {
             return pending.finish(&shared.log, Verdict::Allow, rule, 0, 0);
         }
+    }
+    let handed = match &mut client {
+        Ok(socket) => socket.write_all(for_client).await,
+        Err(client) => client.write_all(for_client).await,
+    };
+    if handed.is_err() {
+        return pending.finish(&shared.log, Verdict::Allow, rule, 0, 0);
     }
     // Let go of both before the tunnel's long relay: `rest` may hold the whole of hyper's read
     // buffer for this connection (8 KiB or more) however few bytes are left in it.
@@ -243,13 +252,13 @@ async fn relay_to<C>(
         }
     };
     let (up, down) = moved.unwrap_or((0, 0));
-    let up = up + first_bytes;
+    let (up, down) = (up + first_bytes, down + for_client.len() as u64);
     shared.metrics.bytes(up, down);
     pending.finish(&shared.log, Verdict::Allow, rule, up, down);
 }
 
 /// A tunnel's client side that may be a plain socket underneath, so the tunnel can be spliced.
-trait IntoSocket: Sized {
+pub(crate) trait IntoSocket: Sized {
     /// The socket and the bytes already read from it but not yet relayed; `Err(self)` when there
     /// is no plain socket.
     fn into_socket(self) -> Result<(TcpStream, bytes::Bytes), Self>;
@@ -349,7 +358,7 @@ async fn transparent_tls(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sh
                 let rule = logged_rule(rule, via);
                 match dial(addr, shared.limits.connect_timeout()).await {
                     Ok(upstream) => {
-                        relay_to(stream, hello, upstream, pending, &rule, &shared).await;
+                        relay_to(stream, hello, &[], upstream, pending, &rule, &shared).await;
                     }
                     // The client's TLS handshake ends with the connection: nothing else can
                     // be said to a client that believes it talks to the server.

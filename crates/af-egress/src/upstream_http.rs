@@ -144,7 +144,7 @@ impl UpstreamConnection {
         let written = write_all(&self.stream, &[&request.head]).await;
         let (answer, upload_done, asked_head) = if request.body.is_end_stream() {
             let answer = match written {
-                Ok(()) => read_head(&self.stream, &mut self.buf, read_timeout).await,
+                Ok(()) => read_head(&self.stream, &mut self.buf, read_timeout, false).await,
                 Err(err) => Err(err.into()),
             };
             match answer {
@@ -179,12 +179,51 @@ impl UpstreamConnection {
         };
         let kind = body_kind(asked_head, answer.status, &answer.headers)?;
         let reusable = upload_done && kind != BodyKind::UntilClose && keeps_alive(&answer);
+        Ok(self.answer(answer, kind, reusable.then_some(give_back), read_timeout))
+    }
+
+    /// Sends a request that asks to upgrade the connection (it has no body; its head carries
+    /// `Upgrade` and `Connection: upgrade`) and reads the answer's head: the connection itself
+    /// when the origin switched protocols, else the answer as [`Self::exchange`] gives it, the
+    /// connection not kept after it.
+    pub async fn upgrade(
+        mut self,
+        request: Outgoing,
+        read_timeout: Duration,
+    ) -> Result<UpgradeAnswer, UpstreamError> {
+        write_all(&self.stream, &[&request.head]).await?;
+        let answer = read_head(&self.stream, &mut self.buf, read_timeout, true).await?;
+        if answer.status == StatusCode::SWITCHING_PROTOCOLS {
+            return Ok(UpgradeAnswer::Switched {
+                headers: answer.headers,
+                stream: self.stream,
+                already_read: self.buf,
+            });
+        }
+        let kind = body_kind(request.asked_head, answer.status, &answer.headers)?;
+        Ok(UpgradeAnswer::Declined(self.answer(
+            answer,
+            kind,
+            None,
+            read_timeout,
+        )))
+    }
+
+    /// The answer whose head is `answer`, its body read from this connection as the client
+    /// takes it; the connection goes to `give_back` after a body read whole, when given one.
+    fn answer(
+        self,
+        answer: ResponseHead,
+        kind: BodyKind,
+        give_back: Option<GiveBack>,
+        read_timeout: Duration,
+    ) -> Response<UpstreamBody> {
         let mut response = Response::new(UpstreamBody {
             connection: Some(self),
             kind,
             chunks: ChunkedDecoder::default(),
-            reusable,
-            give_back: Some(give_back),
+            reusable: give_back.is_some(),
+            give_back,
             handed_over: false,
             next_read: FIRST_READ,
             silence: None,
@@ -194,8 +233,22 @@ impl UpstreamConnection {
         // The version stays HTTP/1.1: the answer is framed anew for the client, whatever the
         // origin spoke (hyper would close a kept-alive client connection after a 1.0 answer).
         *response.headers_mut() = answer.headers;
-        Ok(response)
+        response
     }
+}
+
+/// What an origin answered a request to upgrade the connection.
+#[derive(Debug)]
+pub enum UpgradeAnswer {
+    /// `101 Switching Protocols`: from here on the connection carries the new protocol.
+    Switched {
+        headers: HeaderMap,
+        stream: TcpStream,
+        /// Bytes of the new protocol the origin sent right after its head.
+        already_read: BytesMut,
+    },
+    /// Any other answer, to be passed on as it is.
+    Declined(Response<UpstreamBody>),
 }
 
 /// A request in the form it goes to an origin: its head written out (origin form, hop-by-hop
@@ -295,7 +348,7 @@ async fn upload_while_waiting(
     read_timeout: Duration,
 ) -> Result<(ResponseHead, bool), UpstreamError> {
     let upload = send_body(stream, body, chunked);
-    let answer = read_head_untimed(stream, buf);
+    let answer = read_head_untimed(stream, buf, false);
     let silence = tokio::time::sleep(read_timeout);
     tokio::pin!(upload, answer, silence);
     let mut uploaded = None;
@@ -383,19 +436,26 @@ async fn read_head(
     stream: &TcpStream,
     buf: &mut BytesMut,
     read_timeout: Duration,
+    upgrade_asked: bool,
 ) -> Result<ResponseHead, UpstreamError> {
-    tokio::time::timeout(read_timeout, read_head_untimed(stream, buf))
+    tokio::time::timeout(read_timeout, read_head_untimed(stream, buf, upgrade_asked))
         .await
         .unwrap_or(Err(UpstreamError::Silent(read_timeout)))
 }
 
+/// As [`read_head`], without the timeout; a `101 Switching Protocols` is a final answer when the
+/// request asked for an upgrade, and a protocol error otherwise.
 async fn read_head_untimed(
     stream: &TcpStream,
     buf: &mut BytesMut,
+    upgrade_asked: bool,
 ) -> Result<ResponseHead, UpstreamError> {
     loop {
         if let Some((len, head)) = parse_head(buf)? {
             buf.advance(len);
+            if head.status == StatusCode::SWITCHING_PROTOCOLS && upgrade_asked {
+                return Ok(head);
+            }
             if head.status == StatusCode::SWITCHING_PROTOCOLS {
                 return Err(UpstreamError::Protocol(
                     "the origin switched protocols, which a forwarded request never asks for",

@@ -217,6 +217,168 @@ fn mail_received_at_once_is_bounded_across_sessions() {
     });
 }
 
+/// A WebSocket-like origin on `at`: a request asking to upgrade (both `Upgrade` and
+/// `Connection: upgrade` as it arrives) to `/ws` is answered 101, followed at once by a first
+/// message, and then everything it receives is sent back upper-cased; `/decline` is answered 400
+/// instead, and a request that does not ask is answered 426, upgrade required.
+async fn switching_origin(at: std::net::SocketAddr) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind(at).await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let asks = head.contains("\r\nupgrade: websocket\r\n")
+                    && head.contains("\r\nconnection: upgrade\r\n");
+                let answer: &[u8] = match (asks, head.starts_with("get /ws ")) {
+                    (true, true) => b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\nhello-from-origin",
+                    (true, false) => b"HTTP/1.1 400 Bad Request\r\ncontent-length: 8\r\n\r\ndeclined",
+                    (false, _) => b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 9\r\n\r\nno switch",
+                };
+                stream.write_all(answer).await.unwrap();
+                if !(asks && head.starts_with("get /ws ")) {
+                    return;
+                }
+                let mut buf = [0u8; 1024];
+                loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            let upper = buf[..n].to_ascii_uppercase();
+                            if stream.write_all(&upper).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Reads a response head from `stream` a byte at a time, so that nothing after it is taken.
+async fn read_head_only(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let byte = read_exactly(stream, 1).await;
+        head.extend_from_slice(byte.as_bytes());
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// Reads from `stream` until `want` bytes have come (or 5 s have passed).
+async fn read_exactly(stream: &mut TcpStream, want: usize) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = vec![0u8; want];
+    tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut got))
+        .await
+        .expect("the bytes within 5 s")
+        .unwrap();
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A request asking to upgrade (a plain `ws://` WebSocket) to an allowed host, through the
+/// forward proxy and through the transparent HTTP listener: when the origin switches protocols,
+/// the client gets its 101 and the two connections are relayed both ways, the origin's first
+/// bytes included, and recorded with the bytes each way once closed. An origin that declines is
+/// answered as usual; a request that does not ask has its Upgrade dropped (the origin never sees
+/// it); a denied host is refused before anything is dialled.
+#[test]
+fn an_upgrade_to_an_allowed_host_is_relayed_once_the_origin_switches() {
+    in_private_network(|| async {
+        switching_origin(addr(ORIGIN, 80)).await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let ask = |target: &str, connection: &str| {
+            format!(
+                "GET {target} HTTP/1.1\r\nhost: api.allowed.test\r\nconnection: {connection}\r\nupgrade: websocket\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+            )
+        };
+        for (listener, target) in [(3128, "http://api.allowed.test/ws"), (80, "/ws")] {
+            let mut client = TcpStream::connect(addr(SIDECAR, listener)).await.unwrap();
+            client
+                .write_all(ask(target, "Upgrade").as_bytes())
+                .await
+                .unwrap();
+            let head = read_head_only(&mut client).await;
+            assert!(head.starts_with("HTTP/1.1 101"), "{listener}: {head}");
+            let lower = head.to_ascii_lowercase();
+            assert!(
+                lower.contains("upgrade: websocket")
+                    && lower.contains("connection: upgrade")
+                    && lower.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+                "{head}"
+            );
+            assert_eq!(read_exactly(&mut client, 17).await, "hello-from-origin");
+            client.write_all(b"ping").await.unwrap();
+            assert_eq!(read_exactly(&mut client, 4).await, "PING");
+            client.write_all(b"over").await.unwrap();
+            assert_eq!(read_exactly(&mut client, 4).await, "OVER");
+        }
+        // Recorded once closed, each under its listener's protocol, with the bytes each way.
+        let mut relayed = Vec::new();
+        for _ in 0..100 {
+            relayed = decisions("?host=api.allowed.test")
+                .await
+                .into_iter()
+                .filter(|r| r["bytes_down"] == 25)
+                .map(|r| {
+                    (
+                        r["protocol"].clone(),
+                        r["verdict"].clone(),
+                        r["bytes_up"].clone(),
+                    )
+                })
+                .collect();
+            if relayed.len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        relayed.sort_by_key(|(protocol, _, _)| protocol.to_string());
+        assert_eq!(
+            relayed,
+            [
+                ("http".into(), "allow".into(), 8.into()),
+                ("http-transparent".into(), "allow".into(), 8.into())
+            ],
+        );
+
+        // The origin declines: its answer is the client's.
+        let declined = exchange(
+            addr(SIDECAR, 3128),
+            ask("http://api.allowed.test/decline", "Upgrade").as_bytes(),
+        )
+        .await;
+        assert!(
+            declined.starts_with("HTTP/1.1 400") && declined.ends_with("declined"),
+            "{declined}"
+        );
+        // Without `Connection: upgrade` nothing asks to switch, and Upgrade is not passed on.
+        let not_asked = exchange(
+            addr(SIDECAR, 3128),
+            ask("http://api.allowed.test/ws", "close").as_bytes(),
+        )
+        .await;
+        assert!(not_asked.starts_with("HTTP/1.1 426"), "{not_asked}");
+        // A host no rule allows: refused, nothing dialled.
+        let denied = exchange(
+            addr(SIDECAR, 3128),
+            ask("http://tracker.example/ws", "Upgrade").as_bytes(),
+        )
+        .await;
+        assert!(denied.starts_with("HTTP/1.1 403"), "{denied}");
+    });
+}
+
 #[test]
 fn mail_is_refused_and_recorded_when_not_captured() {
     in_private_network(|| async {
