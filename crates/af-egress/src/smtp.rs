@@ -5,7 +5,8 @@
 //! answers the handshake with a certificate for the name the client asked for, signed by that CA,
 //! as HTTPS capture does: mailers that insist on TLS (Django's `EMAIL_USE_TLS`, submission on 587)
 //! are captured too. Without the CA it is not offered, and a client that asks anyway is told it
-//! is not available.
+//! is not available. On the SMTPS listener (implicit TLS, RFC 8314) the handshake comes first and
+//! is answered the same way; a session that cannot be answered there is closed and recorded.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -207,9 +208,10 @@ async fn implicit_tls_session(stream: TcpStream, client: SocketAddr, shared: Arc
 /// What the decision log says of an SMTPS session to a sidecar without a capture CA.
 const NO_CA_FOR_SMTPS: &str = "tls not captured: this sidecar has no capture CA (tls_capture), so mail over implicit TLS cannot be answered; plain SMTP and STARTTLS on 25 and 587 can";
 
-/// Answers the TLS handshake after STARTTLS with a certificate, signed by the capture CA, for the
-/// name the client asked for (a client that names none is answered as `af-sidecar`); a handshake
-/// that fails is recorded with what to do about it, as HTTPS capture records it.
+/// Answers the TLS handshake (after STARTTLS, or first of all on SMTPS: `method` says which, for
+/// the record) with a certificate, signed by the capture CA, for the name the client asked for
+/// (a client that names none is answered as `af-sidecar`); a handshake that fails is recorded
+/// with what to do about it, as HTTPS capture records it.
 async fn start_tls(
     stream: TcpStream,
     peer: &Peer<'_>,
