@@ -27,7 +27,8 @@ enum Answer {
     Status(EnvironmentStatus),
     Removed,
     Decisions(Vec<DecisionRecord>),
-    Inbox(Vec<InboxEntry>),
+    /// The captured items; whole (one asked for by id) or a line each.
+    Inbox(Vec<InboxEntry>, bool),
     Delivery(WebhookDelivery),
     /// Already printed as it came.
     Printed,
@@ -70,10 +71,14 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
             }
             Verb::Inbox(wanted) => {
                 let entries = platform.inbox(&id).await?;
-                Answer::Inbox(match wanted {
-                    Some(wanted) => entries.into_iter().filter(|e| e.id == wanted).collect(),
-                    None => entries,
-                })
+                let whole = wanted.is_some();
+                Answer::Inbox(
+                    match wanted {
+                        Some(wanted) => entries.into_iter().filter(|e| e.id == wanted).collect(),
+                        None => entries,
+                    },
+                    whole,
+                )
             }
             Verb::Webhook(request) => {
                 Answer::Delivery(platform.trigger_webhook(&id, &request).await?)
@@ -158,30 +163,12 @@ fn print_answer(id: &EnvironmentId, answer: Answer, json: bool) -> anyhow::Resul
                 print_decision(record, json);
             }
         }
-        Answer::Inbox(entries) if json => println!("{}", serde_json::to_string(&entries)?),
-        Answer::Inbox(entries) => {
+        Answer::Inbox(entries, _) if json => println!("{}", serde_json::to_string(&entries)?),
+        Answer::Inbox(entries, whole) => {
             for entry in entries {
-                match entry.item {
-                    CapturedItem::Http {
-                        method,
-                        host,
-                        path,
-                        body,
-                        ..
-                    } => println!(
-                        "{} {} http {method} {host}{path} ({} bytes)",
-                        entry.id,
-                        entry.time,
-                        body.len()
-                    ),
-                    CapturedItem::Mail {
-                        from, to, subject, ..
-                    } => println!(
-                        "{} {} mail from {from} to {} \"{subject}\"",
-                        entry.id,
-                        entry.time,
-                        to.join(", ")
-                    ),
+                println!("{}", inbox_line(&entry));
+                if whole {
+                    print!("{}", inbox_whole(&entry));
                 }
             }
         }
@@ -190,6 +177,72 @@ fn print_answer(id: &EnvironmentId, answer: Answer, json: bool) -> anyhow::Resul
         Answer::Printed => {}
     }
     Ok(())
+}
+
+/// One captured item as `af inbox` lists it: id, time, what, and its body's size (and whether
+/// the body was cut at the inbox's limit).
+fn inbox_line(entry: &InboxEntry) -> String {
+    let cut = |truncated: bool| if truncated { ", truncated" } else { "" };
+    match &entry.item {
+        CapturedItem::Http {
+            method,
+            host,
+            path,
+            body,
+            truncated,
+            ..
+        } => format!(
+            "{} {} http {method} {host}{path} ({} bytes{})",
+            entry.id,
+            entry.time,
+            body.len(),
+            cut(*truncated)
+        ),
+        CapturedItem::Mail {
+            from,
+            to,
+            subject,
+            body,
+            truncated,
+        } => format!(
+            "{} {} mail from {from} to {} \"{subject}\" ({} bytes{})",
+            entry.id,
+            entry.time,
+            to.join(", "),
+            body.len(),
+            cut(*truncated)
+        ),
+    }
+}
+
+/// What `af inbox ID` prints under the entry's line: a request's header fields, or a mail's
+/// addresses and subject, then a blank line and the body as it was kept.
+fn inbox_whole(entry: &InboxEntry) -> String {
+    let (fields, body) = match &entry.item {
+        CapturedItem::Http { headers, body, .. } => (
+            headers
+                .iter()
+                .map(|(name, value)| format!("{name}: {value}\n"))
+                .collect::<String>(),
+            body,
+        ),
+        CapturedItem::Mail {
+            from,
+            to,
+            subject,
+            body,
+            ..
+        } => (
+            format!("From: {from}\nTo: {}\nSubject: {subject}\n", to.join(", ")),
+            body,
+        ),
+    };
+    let end = if body.is_empty() || body.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    format!("{fields}\n{body}{end}")
 }
 
 /// The runtime the manifest names. Only the local one is built; asking for another is AF-RUN-044
@@ -304,4 +357,50 @@ fn print_status(status: &EnvironmentStatus, json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inbox_line_says_what_was_captured_and_whether_its_body_was_cut() {
+        let entry = |item| InboxEntry {
+            id: "000007".into(),
+            time: "2026-12-01T21:00:00.000Z".into(),
+            item,
+        };
+        let request = entry(CapturedItem::Http {
+            method: "POST".into(),
+            host: "api.payments.example".into(),
+            path: "/v1/charges".into(),
+            headers: Default::default(),
+            body: "{}".into(),
+            truncated: false,
+        });
+        assert_eq!(
+            inbox_line(&request),
+            "000007 2026-12-01T21:00:00.000Z http POST api.payments.example/v1/charges (2 bytes)"
+        );
+        let mail = entry(CapturedItem::Mail {
+            from: "shop@example.com".into(),
+            to: vec!["ana@example.com".into(), "bo@example.com".into()],
+            subject: "Order 7".into(),
+            body: "abcd".into(),
+            truncated: true,
+        });
+        assert_eq!(
+            inbox_whole(&request),
+            "\n{}\n",
+            "no header fields, the body"
+        );
+        assert_eq!(
+            inbox_line(&mail),
+            "000007 2026-12-01T21:00:00.000Z mail from shop@example.com to ana@example.com, bo@example.com \"Order 7\" (4 bytes, truncated)"
+        );
+        assert_eq!(
+            inbox_whole(&mail),
+            "From: shop@example.com\nTo: ana@example.com, bo@example.com\nSubject: Order 7\n\nabcd\n"
+        );
+    }
 }
