@@ -99,6 +99,14 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
         })
     });
     match outcome {
+        Ok(Answer::Inbox(entries, true)) if entries.is_empty() => {
+            // An id that names nothing is a wrong argument, not an empty answer.
+            eprintln!(
+                "af inbox: no entry with that id in the inbox of {id} (`af inbox` lists them; ids \
+                 are never reused, and the inbox keeps only its newest entries)"
+            );
+            Ok(Exit::Usage)
+        }
         Ok(answer) => {
             print_answer(&id, answer, json)?;
             Ok(Exit::Success)

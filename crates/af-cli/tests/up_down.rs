@@ -70,6 +70,7 @@ fn up_status_down() {
         &["--json", "net", "log", "--env", &env, "--verdict", "allow"],
     );
     let inbox = af(&dir, &["--json", "inbox", "--env", &env]);
+    let no_such_entry = af(&dir, &["inbox", "000999", "--env", &env]);
     let logs = af(&dir, &["logs", "web", "--env", &env]);
     let down = af(&dir, &["down", "--env", &env]);
     let after = af(&dir, &["--json", "status", "--env", &env]);
@@ -127,6 +128,18 @@ fn up_status_down() {
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&inbox.stdout).unwrap(),
         serde_json::json!([])
+    );
+    // An id that names nothing is a wrong argument, said so, not an empty listing.
+    assert_eq!(
+        no_such_entry.status.code(),
+        Some(2),
+        "{}",
+        text(&no_such_entry)
+    );
+    assert!(
+        String::from_utf8_lossy(&no_such_entry.stderr).contains("no entry with that id"),
+        "{}",
+        text(&no_such_entry)
     );
     assert_eq!(logs.status.code(), Some(0), "{}", text(&logs));
     assert!(
