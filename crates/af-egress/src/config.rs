@@ -201,6 +201,10 @@ pub struct Limits {
     /// one per core of the node, which on a large node would be dozens of threads and stacks, and
     /// contention on the image's one malloc arena (docs/sidecar.md, "Memory").
     pub worker_threads: usize,
+    /// Workloads' connections open at once, on every listener together (a tunnel or upgraded
+    /// connection counts for as long as it lasts; the control API does not count). At the limit
+    /// the next connection waits in the kernel's backlog until one closes.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -217,6 +221,7 @@ impl Default for Limits {
             max_mail_bytes: 10 << 20,
             max_mail_bytes_in_flight: 64 << 20,
             worker_threads: 2,
+            max_connections: 2048,
         }
     }
 }
@@ -406,6 +411,19 @@ impl SidecarConfig {
                 "log.max_bytes is below 64 KiB; the ring would hold almost nothing".to_string(),
             );
         }
+        if self.limits.max_connections == 0 {
+            problems.push(
+                "limits.max_connections is 0; the sidecar would accept no workload's connection"
+                    .to_string(),
+            );
+        }
+        if self.limits.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+            problems.push(format!(
+                "limits.max_connections is {}; at most {} can be counted",
+                self.limits.max_connections,
+                tokio::sync::Semaphore::MAX_PERMITS
+            ));
+        }
         if self.limits.worker_threads == 0 {
             problems.push(
                 "limits.worker_threads is 0; the sidecar needs at least one thread to serve"
@@ -542,6 +560,21 @@ mod tests {
             err.join("\n").contains(
                 "limits.max_mail_bytes_in_flight (1000) is below limits.max_mail_bytes (2000)"
             ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn connections_are_admitted_up_to_a_limit_that_admits_some() {
+        let loaded = parse_config(MINIMAL, Path::new(".")).unwrap();
+        assert_eq!(loaded.config.limits.max_connections, 2048);
+        let err = parse_config(
+            &format!("{MINIMAL}limits: {{max_connections: 0}}\n"),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(
+            err.join("\n").contains("limits.max_connections is 0"),
             "{err:?}"
         );
     }

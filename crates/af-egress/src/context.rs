@@ -28,4 +28,6 @@ pub struct Shared {
     pub upstreams: UpstreamPool,
     /// The bytes of mail being received at once, across SMTP sessions.
     pub mail_budget: MailBudget,
+    /// Workloads' connections open at once: `limits.max_connections` permits.
+    pub admissions: Arc<tokio::sync::Semaphore>,
 }

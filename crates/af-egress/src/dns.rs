@@ -11,6 +11,7 @@ use af_runtime::Verdict;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
+use crate::accept::Admitted;
 use crate::config::DnsConfig;
 use crate::context::Shared;
 use crate::decision_log::Pending;
@@ -231,9 +232,14 @@ fn id_seed() -> u64 {
 
 /// Serves DNS over TCP on `listener` for ever.
 pub async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>, dns: Arc<DnsConfig>) {
-    crate::accept::accept_forever(listener, "dns", |stream, client| {
-        tcp_connection(stream, client, shared.clone(), dns.clone())
-    })
+    crate::accept::accept_workloads(
+        listener,
+        "dns",
+        shared.clone(),
+        |stream, client, admitted| {
+            tcp_connection(stream, client, admitted, shared.clone(), dns.clone())
+        },
+    )
     .await;
 }
 
@@ -241,10 +247,10 @@ pub async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>, dns: Arc<DnsC
 async fn tcp_connection(
     mut stream: TcpStream,
     client: SocketAddr,
+    _admitted: Admitted,
     shared: Arc<Shared>,
     dns: Arc<DnsConfig>,
 ) {
-    let _open = shared.metrics.connection_opened();
     let idle = shared.limits.idle_timeout();
     loop {
         let Ok(Some(query)) = tokio::time::timeout(idle, read_message(&mut stream)).await else {

@@ -18,6 +18,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
+use crate::accept::Admitted;
 use crate::body::{CountedBody, ProxyBody, full};
 use crate::context::Shared;
 use crate::decision_log::Pending;
@@ -52,28 +53,47 @@ fn lock(slot: &UpstreamSlot) -> std::sync::MutexGuard<'_, Option<UpstreamConnect
 
 /// Serves clients on `listener` for ever.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mode: HttpMode) {
-    crate::accept::accept_forever(listener, "http", |stream, peer| {
-        serve_connection(stream, peer, shared.clone(), mode)
-    })
+    crate::accept::accept_workloads(
+        listener,
+        "http",
+        shared.clone(),
+        |stream, peer, admitted| serve_connection(stream, peer, admitted, shared.clone(), mode),
+    )
     .await;
+}
+
+/// A client connection's admission (`limits.max_connections`), held by the connection until it
+/// becomes a tunnel or an upgraded connection, which takes it along: that outlives the
+/// connection's own task, and stays counted while it lasts.
+pub(crate) type AdmissionSlot = Arc<std::sync::Mutex<Option<Admitted>>>;
+
+/// Takes a connection's admission out of its slot, for the tunnel it became.
+pub(crate) fn take_admission(slot: &AdmissionSlot) -> Option<Admitted> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
 }
 
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
+    admitted: Admitted,
     shared: Arc<Shared>,
     mode: HttpMode,
 ) {
-    let _open = shared.metrics.connection_opened();
     let _ = stream.set_nodelay(true);
     let upstream: UpstreamSlot = Arc::default();
+    let admission: AdmissionSlot = Arc::new(std::sync::Mutex::new(Some(admitted)));
     let limits = shared.limits.clone();
     let service = service_fn({
         let (shared, upstream) = (shared.clone(), upstream.clone());
         move |req| {
             let shared = shared.clone();
             let upstream = upstream.clone();
-            async move { Ok::<_, Infallible>(handle(req, peer, shared, mode, upstream).await) }
+            let admission = admission.clone();
+            async move {
+                Ok::<_, Infallible>(handle(req, peer, shared, mode, upstream, admission).await)
+            }
         }
     });
     let connection = hyper::server::conn::http1::Builder::new()
@@ -96,12 +116,13 @@ async fn handle(
     shared: Arc<Shared>,
     mode: HttpMode,
     upstream: UpstreamSlot,
+    admission: AdmissionSlot,
 ) -> Response<ProxyBody> {
     if req.method() == Method::CONNECT {
         return match mode {
             // Boxed, as the rarer branches are: each request's future is as large as its largest
             // branch, and hyper keeps one per client connection.
-            HttpMode::Forward => Box::pin(tunnel::connect(req, peer, shared)).await,
+            HttpMode::Forward => Box::pin(tunnel::connect(req, peer, shared, admission)).await,
             HttpMode::Transparent => Refusal::not_forwardable(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "a CONNECT reached the sidecar's transparent HTTP port",
@@ -176,7 +197,9 @@ async fn handle(
                 let bodiless = hyper::body::Body::is_end_stream(req.body());
                 match upgrade::requested(req.headers()).filter(|_| bodiless) {
                     Some(protocols) => {
-                        Box::pin(upgrade::relay(req, protocols, addr, pending, rule, shared)).await
+                        let relayed =
+                            upgrade::relay(req, protocols, addr, pending, rule, admission, shared);
+                        Box::pin(relayed).await
                     }
                     None => relay(req, addr, pending, rule, shared, upstream).await,
                 }

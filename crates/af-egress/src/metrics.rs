@@ -97,7 +97,7 @@ impl Metrics {
         }
         let _ = write!(
             out,
-            "# HELP af_egress_connections_open Client connections open now.\n# TYPE af_egress_connections_open gauge\naf_egress_connections_open {}\n\
+            "# HELP af_egress_connections_open Workload connections open now, tunnels and upgraded connections included (bounded by limits.max_connections).\n# TYPE af_egress_connections_open gauge\naf_egress_connections_open {}\n\
              # HELP af_egress_connections_total Client connections accepted.\n# TYPE af_egress_connections_total counter\naf_egress_connections_total {}\n\
              # HELP af_egress_bytes_total Bytes relayed to and from allowed destinations.\n# TYPE af_egress_bytes_total counter\n\
              af_egress_bytes_total{{direction=\"up\"}} {}\naf_egress_bytes_total{{direction=\"down\"}} {}\n\

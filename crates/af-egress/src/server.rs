@@ -79,6 +79,7 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
         capture_ca,
         upstreams: Default::default(),
         mail_budget: MailBudget::new(config.limits.max_mail_bytes_in_flight),
+        admissions: Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections)),
     });
     let mut addresses = BoundAddresses::default();
     let mut tasks = JoinSet::new();

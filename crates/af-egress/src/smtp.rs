@@ -16,6 +16,7 @@ use af_runtime::Verdict;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::accept::Admitted;
 use crate::context::Shared;
 use crate::decision_log::Pending;
 use crate::mail_budget::Claim;
@@ -30,9 +31,12 @@ const GREETING: &[u8] = b"220 af-sidecar ESMTP mail capture; nothing is delivere
 
 /// Serves SMTP clients on `listener` for ever.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    crate::accept::accept_forever(listener, "smtp", |stream, client| {
-        session(stream, client, shared.clone())
-    })
+    crate::accept::accept_workloads(
+        listener,
+        "smtp",
+        shared.clone(),
+        |stream, client, admitted| session(stream, client, admitted, shared.clone()),
+    )
     .await;
 }
 
@@ -111,8 +115,7 @@ struct Peer<'a> {
     shared: &'a Shared,
 }
 
-async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
-    let _open = shared.metrics.connection_opened();
+async fn session(stream: TcpStream, client: SocketAddr, _admitted: Admitted, shared: Arc<Shared>) {
     let port = stream.local_addr().map(|a| a.port()).unwrap_or(25);
     let (read, mut write) = stream.into_split();
     if shared.policy.mail == MailPolicy::Deny {
@@ -166,14 +169,21 @@ async fn session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
 /// Serves SMTP over implicit TLS (SMTPS, RFC 8314: port 465) on `listener` for ever: the
 /// handshake first, answered behind the capture CA as STARTTLS is, then the same conversation.
 pub async fn serve_implicit_tls(listener: TcpListener, shared: Arc<Shared>) {
-    crate::accept::accept_forever(listener, "smtps", |stream, client| {
-        implicit_tls_session(stream, client, shared.clone())
-    })
+    crate::accept::accept_workloads(
+        listener,
+        "smtps",
+        shared.clone(),
+        |stream, client, admitted| implicit_tls_session(stream, client, admitted, shared.clone()),
+    )
     .await;
 }
 
-async fn implicit_tls_session(stream: TcpStream, client: SocketAddr, shared: Arc<Shared>) {
-    let _open = shared.metrics.connection_opened();
+async fn implicit_tls_session(
+    stream: TcpStream,
+    client: SocketAddr,
+    _admitted: Admitted,
+    shared: Arc<Shared>,
+) {
     let port = stream.local_addr().map(|a| a.port()).unwrap_or(465);
     let peer = Peer {
         client,

@@ -14,11 +14,12 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::accept::Admitted;
 use crate::body::{ProxyBody, full};
 use crate::context::Shared;
 use crate::decision_log::Pending;
 use crate::dial::{connect as dial, dial_address, logged_rule, read_hello};
-use crate::http_proxy::refuse_invalid_host;
+use crate::http_proxy::{AdmissionSlot, refuse_invalid_host, take_admission};
 use crate::policy::{Decision, DenyReason, Target, decide};
 use crate::refusal::Refusal;
 use crate::splice;
@@ -36,6 +37,7 @@ pub async fn connect(
     mut req: Request<Incoming>,
     peer: SocketAddr,
     shared: Arc<Shared>,
+    admission: AdmissionSlot,
 ) -> Response<ProxyBody> {
     let Some(authority) = req.uri().authority().cloned() else {
         return Refusal::not_forwardable(
@@ -76,7 +78,10 @@ pub async fn connect(
                 response: response.clone(),
             };
             let upgrade = hyper::upgrade::on(&mut req);
+            // The tunnel outlives the client connection's task: its admission goes along.
+            let admitted = take_admission(&admission);
             tokio::spawn(async move {
+                let _admitted = admitted;
                 match upgrade.await {
                     Ok(upgraded) => capture_tunnel(TokioIo::new(upgraded), captured, shared).await,
                     Err(err) => tracing::debug!(%peer, error = %err, "CONNECT upgrade failed"),
@@ -107,7 +112,9 @@ pub async fn connect(
         }
     };
     let upgrade = hyper::upgrade::on(&mut req);
+    let admitted = take_admission(&admission);
     tokio::spawn(async move {
+        let _admitted = admitted;
         match upgrade.await {
             Ok(upgraded) => {
                 splice_tls(
@@ -281,16 +288,20 @@ impl IntoSocket for TokioIo<hyper::upgrade::Upgraded> {
 
 /// Serves transparent TLS clients on `listener` for ever.
 pub async fn serve_transparent_tls(listener: TcpListener, shared: Arc<Shared>) {
-    crate::accept::accept_forever(listener, "tls", |stream, peer| {
-        transparent_tls(stream, peer, shared.clone())
+    crate::accept::accept_workloads(listener, "tls", shared.clone(), |stream, peer, admitted| {
+        transparent_tls(stream, peer, admitted, shared.clone())
     })
     .await;
 }
 
 /// A client that resolved an outside name to the sidecar and opened TLS to it: decided by the
 /// ClientHello's server name, spliced to the real host when allowed, closed otherwise.
-async fn transparent_tls(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
-    let _open = shared.metrics.connection_opened();
+async fn transparent_tls(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    _admitted: Admitted,
+    shared: Arc<Shared>,
+) {
     let _ = stream.set_nodelay(true);
     let unnamed = || {
         Pending::new(

@@ -18,7 +18,7 @@ use hyper_util::rt::TokioIo;
 use crate::body::{ProxyBody, full};
 use crate::context::Shared;
 use crate::decision_log::Pending;
-use crate::http_proxy::{for_origin, remove_hop_by_hop, to_client};
+use crate::http_proxy::{AdmissionSlot, for_origin, remove_hop_by_hop, take_admission, to_client};
 use crate::refusal::Refusal;
 use crate::tunnel::relay_to;
 use crate::upstream_http::{Outgoing, UpgradeAnswer, UpstreamConnection};
@@ -44,6 +44,7 @@ pub async fn relay(
     addr: std::net::SocketAddr,
     pending: Pending,
     rule: String,
+    admission: AdmissionSlot,
     shared: Arc<Shared>,
 ) -> Response<ProxyBody> {
     let client_switches = hyper::upgrade::on(&mut req);
@@ -86,7 +87,10 @@ pub async fn relay(
     let mut switched = Response::new(full(""));
     *switched.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     *switched.headers_mut() = switching_answer(headers);
+    // The upgraded connection outlives the client connection's task: its admission goes along.
+    let admitted = take_admission(&admission);
     tokio::spawn(async move {
+        let _admitted = admitted;
         match client_switches.await {
             Ok(client) => {
                 relay_to(

@@ -379,6 +379,95 @@ fn an_upgrade_to_an_allowed_host_is_relayed_once_the_origin_switches() {
     });
 }
 
+/// Workloads' connections are admitted up to `limits.max_connections` on every listener
+/// together, a tunnel and an upgraded connection counting for as long as they last (they outlive
+/// the connection's own task); at the limit the next connection waits, unanswered and not counted,
+/// until one closes. The control API is not counted, and answers at the limit.
+#[test]
+fn connections_are_admitted_up_to_the_limit_tunnels_included() {
+    in_private_network(|| async {
+        use tokio::io::AsyncReadExt;
+        switching_origin(addr(ORIGIN, 80)).await;
+        // An origin for the tunnel that answers its first bytes and then holds the connection.
+        let holding = tokio::net::TcpListener::bind(addr(ORIGIN, 443))
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = holding.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let _ = stream.read(&mut buf).await;
+                    let _ = stream.write_all(b"ack").await;
+                    while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        // The test configuration ends in its `limits` section: this line goes on under it.
+        let _sidecar = start_sidecar(&format!("  max_connections: 2\n{POLICY}"), "").await;
+        let open = || async {
+            let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("af_egress_connections_open "))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{metrics}"))
+        };
+
+        let mut tunnel = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        tunnel
+            .write_all(
+                b"CONNECT api.allowed.test:443 HTTP/1.1\r\nhost: api.allowed.test:443\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        assert!(
+            read_head_only(&mut tunnel)
+                .await
+                .starts_with("HTTP/1.1 200")
+        );
+        tunnel
+            .write_all(&client_hello("api.allowed.test"))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_exactly(&mut tunnel, 3).await,
+            "ack",
+            "the tunnel is up"
+        );
+
+        let mut upgraded = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        upgraded
+            .write_all(b"GET http://api.allowed.test/ws HTTP/1.1\r\nhost: api.allowed.test\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(
+            read_head_only(&mut upgraded)
+                .await
+                .starts_with("HTTP/1.1 101")
+        );
+        assert_eq!(read_exactly(&mut upgraded, 17).await, "hello-from-origin");
+        assert_eq!(
+            open().await,
+            2,
+            "the tunnel and the upgraded connection are counted"
+        );
+
+        // A third waits: not accepted, not counted, while the control API still answers.
+        let mut third = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        third
+            .write_all(b"GET http://api.allowed.test/plain HTTP/1.1\r\nhost: api.allowed.test\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(open().await, 2, "the third is not admitted");
+
+        // The tunnel closes: its admission is given back, and the third is served.
+        drop(tunnel);
+        let answer = read_all(&mut third).await;
+        assert!(answer.starts_with("HTTP/1.1 426"), "{answer}");
+        drop(upgraded);
+    });
+}
+
 #[test]
 fn mail_is_refused_and_recorded_when_not_captured() {
     in_private_network(|| async {
