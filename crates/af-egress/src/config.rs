@@ -196,6 +196,10 @@ pub struct Limits {
     /// The most bytes of mail being received at once across all SMTP sessions (each message is
     /// held whole until it ends); a message that does not fit is answered 452, try again later.
     pub max_mail_bytes_in_flight: usize,
+    /// The most bytes of captured requests' bodies being read at once across all connections
+    /// (each is kept whole, up to `inbox.max_body_bytes`, until it is in the inbox); what does not
+    /// fit is not kept, and the entry says it was cut.
+    pub max_capture_bytes_in_flight: usize,
     /// The most threads the sidecar's async runtime runs on; never more than the cores it is
     /// given (a CPU limit counts). A sidecar sits beside a workload: by default it takes two, not
     /// one per core of the node, which on a large node would be dozens of threads and stacks, and
@@ -220,6 +224,7 @@ impl Default for Limits {
             dns_forward_timeout_ms: 2_000,
             max_mail_bytes: 10 << 20,
             max_mail_bytes_in_flight: 64 << 20,
+            max_capture_bytes_in_flight: 32 << 20,
             worker_threads: 2,
             max_connections: 2048,
         }
@@ -447,6 +452,12 @@ impl SidecarConfig {
                 self.limits.max_mail_bytes_in_flight, self.limits.max_mail_bytes
             ));
         }
+        if self.limits.max_capture_bytes_in_flight < self.inbox.max_body_bytes {
+            problems.push(format!(
+                "limits.max_capture_bytes_in_flight ({}) is below inbox.max_body_bytes ({}); a captured body of the largest size kept would never fit",
+                self.limits.max_capture_bytes_in_flight, self.inbox.max_body_bytes
+            ));
+        }
         if self.inbox.max_bytes < self.inbox.max_body_bytes {
             problems.push(format!(
                 "inbox.max_bytes ({}) is below inbox.max_body_bytes ({}); an entry with a whole body would not fit",
@@ -559,6 +570,19 @@ mod tests {
         assert!(
             err.join("\n").contains(
                 "limits.max_mail_bytes_in_flight (1000) is below limits.max_mail_bytes (2000)"
+            ),
+            "{err:?}"
+        );
+        let err = parse_config(
+            &format!(
+                "{MINIMAL}limits: {{max_capture_bytes_in_flight: 1000}}\ninbox: {{max_body_bytes: 2000}}\n"
+            ),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(
+            err.join("\n").contains(
+                "limits.max_capture_bytes_in_flight (1000) is below inbox.max_body_bytes (2000)"
             ),
             "{err:?}"
         );

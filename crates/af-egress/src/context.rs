@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use af_manifest::EgressPolicy;
 
+use crate::budget::ByteBudget;
 use crate::config::Limits;
 use crate::decision_log::DecisionLog;
 use crate::inbox::Inbox;
-use crate::mail_budget::MailBudget;
 use crate::metrics::Metrics;
 use crate::resolve::Resolver;
 use crate::tls_capture::CaptureCa;
@@ -27,7 +27,25 @@ pub struct Shared {
     /// Idle connections to allowed upstream addresses, for the next request to the same address.
     pub upstreams: UpstreamPool,
     /// The bytes of mail being received at once, across SMTP sessions.
-    pub mail_budget: MailBudget,
+    pub mail_budget: ByteBudget,
+    /// The bytes of captured requests' bodies being read at once, across connections.
+    pub capture_budget: ByteBudget,
     /// Workloads' connections open at once: `limits.max_connections` permits.
     pub admissions: Arc<tokio::sync::Semaphore>,
+}
+
+/// The bytes workloads make the sidecar hold now, for `/metrics`.
+#[derive(Debug)]
+pub struct InFlight {
+    pub mail: usize,
+    pub capture: usize,
+}
+
+impl Shared {
+    pub fn in_flight(&self) -> InFlight {
+        InFlight {
+            mail: self.mail_budget.in_use(),
+            capture: self.capture_budget.in_use(),
+        }
+    }
 }

@@ -105,7 +105,7 @@ async fn metrics(State(state): State<Arc<ControlState>>) -> Response {
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         shared
             .metrics
-            .render(&shared.log, &shared.inbox, shared.mail_budget.in_use()),
+            .render(&shared.log, &shared.inbox, &shared.in_flight()),
     )
         .into_response()
 }

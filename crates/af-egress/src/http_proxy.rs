@@ -398,12 +398,21 @@ pub(crate) async fn capture(
     let limit = shared.inbox.max_body_bytes();
     let mut kept = Vec::new();
     let mut total: u64 = 0;
+    // What is kept is claimed from the bytes all captures may hold at once, until it is in the
+    // inbox; once a piece does not fit whole, nothing after it is kept either (a body with a hole
+    // in it would not be the body that was sent).
+    let mut claim = shared.capture_budget.claim();
+    let mut keeping = true;
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { break };
         if let Some(data) = frame.data_ref() {
             total += data.len() as u64;
-            let room = limit.saturating_sub(kept.len());
-            kept.extend_from_slice(&data[..data.len().min(room)]);
+            if keeping {
+                let room = data.len().min(limit.saturating_sub(kept.len()));
+                let taken = claim.grow_up_to(room);
+                kept.extend_from_slice(&data[..taken]);
+                keeping = taken == room;
+            }
         }
     }
     let headers: BTreeMap<String, String> = parts

@@ -25,6 +25,7 @@ pub const PROCESS_ENVIRONMENT: &[(&str, &str)] = &[("GLIBC_TUNABLES", "glibc.mal
 mod accept;
 pub mod address;
 mod body;
+mod budget;
 mod chunked;
 pub mod client_hello;
 pub mod config;
@@ -38,7 +39,6 @@ mod dns_forward;
 pub mod dns_wire;
 mod http_proxy;
 pub mod inbox;
-mod mail_budget;
 mod metrics;
 pub mod policy;
 pub mod refusal;

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use af_runtime::Verdict;
 
+use crate::context::InFlight;
 use crate::decision_log::DecisionLog;
 use crate::inbox::Inbox;
 
@@ -79,7 +80,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition of every counter.
-    pub fn render(&self, log: &DecisionLog, inbox: &Inbox, mail_in_flight: usize) -> String {
+    pub fn render(&self, log: &DecisionLog, inbox: &Inbox, in_flight: &InFlight) -> String {
         let c = &self.0;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut out = String::new();
@@ -109,7 +110,8 @@ impl Metrics {
              # HELP af_egress_inbox_entries Captured items held.\n# TYPE af_egress_inbox_entries gauge\naf_egress_inbox_entries {}\n\
              # HELP af_egress_inbox_bytes Bytes the captured items held are counted as (bounded by inbox.max_bytes).\n# TYPE af_egress_inbox_bytes gauge\naf_egress_inbox_bytes {}\n\
              # HELP af_egress_inbox_dropped_total Captured items dropped, oldest first, to stay within inbox.max_entries and inbox.max_bytes.\n# TYPE af_egress_inbox_dropped_total counter\naf_egress_inbox_dropped_total {}\n\
-             # HELP af_egress_mail_bytes_in_flight Bytes of mail being received now, across SMTP sessions (bounded by limits.max_mail_bytes_in_flight).\n# TYPE af_egress_mail_bytes_in_flight gauge\naf_egress_mail_bytes_in_flight {}\n",
+             # HELP af_egress_mail_bytes_in_flight Bytes of mail being received now, across SMTP sessions (bounded by limits.max_mail_bytes_in_flight).\n# TYPE af_egress_mail_bytes_in_flight gauge\naf_egress_mail_bytes_in_flight {}\n\
+             # HELP af_egress_capture_bytes_in_flight Bytes of captured requests' bodies being read now (bounded by limits.max_capture_bytes_in_flight).\n# TYPE af_egress_capture_bytes_in_flight gauge\naf_egress_capture_bytes_in_flight {}\n",
             get(&c.connections_open),
             get(&c.connections_total),
             get(&c.bytes_up),
@@ -123,7 +125,8 @@ impl Metrics {
             inbox.len(),
             inbox.bytes(),
             inbox.dropped(),
-            mail_in_flight,
+            in_flight.mail,
+            in_flight.capture,
         );
         out
     }

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinSet;
 
+use crate::budget::ByteBudget;
 use crate::config::LoadedConfig;
 use crate::context::Shared;
 use crate::decision_log::DecisionLog;
 use crate::http_proxy::{self, HttpMode};
 use crate::inbox::Inbox;
-use crate::mail_budget::MailBudget;
 use crate::metrics::Metrics;
 use crate::resolve::Resolver;
 use crate::{control, dns, smtp, tunnel, upstream_pool};
@@ -78,7 +78,8 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
         limits: config.limits.clone(),
         capture_ca,
         upstreams: Default::default(),
-        mail_budget: MailBudget::new(config.limits.max_mail_bytes_in_flight),
+        mail_budget: ByteBudget::new(config.limits.max_mail_bytes_in_flight),
+        capture_budget: ByteBudget::new(config.limits.max_capture_bytes_in_flight),
         admissions: Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections)),
     });
     let mut addresses = BoundAddresses::default();

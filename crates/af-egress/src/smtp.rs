@@ -17,9 +17,9 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufRea
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::accept::Admitted;
+use crate::budget::Claim;
 use crate::context::Shared;
 use crate::decision_log::Pending;
-use crate::mail_budget::Claim;
 use crate::policy::DenyReason;
 use crate::tls_capture;
 
@@ -487,10 +487,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_message_is_refused_past_its_own_limit_and_past_the_budget_left() {
-        use crate::mail_budget::MailBudget;
+        use crate::budget::ByteBudget;
         let idle = std::time::Duration::from_secs(5);
         let read = |text: &'static str, max_bytes: usize, budget: usize| async move {
-            let budget = MailBudget::new(budget);
+            let budget = ByteBudget::new(budget);
             let mut claim = budget.claim();
             let mut reader = BufReader::new(text.as_bytes());
             let result = read_data(&mut reader, idle, max_bytes, &mut claim).await;

@@ -154,6 +154,73 @@ fn the_inbox_stays_within_its_bytes_whatever_a_workload_sends() {
     });
 }
 
+/// A captured request's body is kept whole (up to `inbox.max_body_bytes`) until it is in the
+/// inbox, so the bytes kept at once are bounded across connections
+/// (`limits.max_capture_bytes_in_flight`): a body arriving while another holds most of them is
+/// kept as far as it fits and marked cut, its request still answered; the one that held them is
+/// kept whole.
+#[test]
+fn captured_bodies_read_at_once_are_bounded_across_connections() {
+    in_private_network(|| async {
+        // The test configuration ends in its `limits` section: this line goes on under it.
+        let _sidecar = start_sidecar(
+            &format!("  max_capture_bytes_in_flight: 4096\n{POLICY}"),
+            "inbox: {max_entries: 1000, max_body_bytes: 4096, max_bytes: 1048576}",
+        )
+        .await;
+        let post = |path: &str| {
+            format!(
+                "POST http://hooks.chat.test/{path} HTTP/1.1\r\nhost: hooks.chat.test\r\ncontent-length: 4096\r\nconnection: close\r\n\r\n"
+            )
+        };
+        let mut holding = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
+        holding.write_all(post("first").as_bytes()).await.unwrap();
+        holding.write_all(&[b'a'; 3000]).await.unwrap();
+        let mut waited = 0;
+        loop {
+            let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
+            let held = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("af_egress_capture_bytes_in_flight "))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{metrics}"));
+            if held >= 3000 {
+                break;
+            }
+            waited += 1;
+            assert!(
+                waited < 500,
+                "the sidecar never took the first body's bytes"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+
+        let second = format!("{}{}", post("second"), "b".repeat(4096));
+        let answer = exchange(addr(SIDECAR, 3128), second.as_bytes()).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 202"),
+            "still answered: {answer}"
+        );
+        holding.write_all(&[b'a'; 1096]).await.unwrap();
+        let answer = read_all(&mut holding).await;
+        assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+
+        let entries = inbox().await;
+        let kept = |path: &str| {
+            let entry = entries
+                .iter()
+                .find(|e| e["path"] == path)
+                .unwrap_or_else(|| panic!("{path} in {entries:?}"));
+            (
+                entry["body"].as_str().unwrap().len(),
+                entry["truncated"].clone(),
+            )
+        };
+        assert_eq!(kept("/second"), (1096, true.into()), "what fitted");
+        assert_eq!(kept("/first"), (4096, false.into()), "kept whole");
+    });
+}
+
 /// Each message is held whole until its final ".", so the bytes of mail received at once are
 /// bounded across sessions (`limits.max_mail_bytes_in_flight`): a message that does not fit in
 /// what other sessions leave is told to try again later (452), the session holding the rest
