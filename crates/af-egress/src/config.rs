@@ -226,7 +226,7 @@ impl Default for Limits {
             max_mail_bytes_in_flight: 64 << 20,
             max_capture_bytes_in_flight: 32 << 20,
             worker_threads: 2,
-            max_connections: 2048,
+            max_connections: 1024,
         }
     }
 }
@@ -591,7 +591,7 @@ mod tests {
     #[test]
     fn connections_are_admitted_up_to_a_limit_that_admits_some() {
         let loaded = parse_config(MINIMAL, Path::new(".")).unwrap();
-        assert_eq!(loaded.config.limits.max_connections, 2048);
+        assert_eq!(loaded.config.limits.max_connections, 1024);
         let err = parse_config(
             &format!("{MINIMAL}limits: {{max_connections: 0}}\n"),
             Path::new("."),
