@@ -58,9 +58,7 @@ impl Claim<'_> {
         }
         taken.is_ok()
     }
-}
 
-impl Claim<'_> {
     /// Takes as much of `bytes` more as the budget has left; returns how much it took.
     pub fn grow_up_to(&mut self, bytes: usize) -> usize {
         let limit = self.budget.limit;
