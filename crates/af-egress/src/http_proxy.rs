@@ -67,11 +67,34 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mode: HttpMode) {
 /// connection's own task, and stays counted while it lasts.
 pub(crate) type AdmissionSlot = Arc<std::sync::Mutex<Option<Admitted>>>;
 
-/// Takes a connection's admission out of its slot, for the tunnel it became.
-pub(crate) fn take_admission(slot: &AdmissionSlot) -> Option<Admitted> {
-    slot.lock()
+/// Once hyper hands over the client connection a CONNECT or an upgrade turned into, runs `relay`
+/// on it — `None` when the client went away first — on a task of its own that takes the
+/// connection's admission along: the tunnel outlives the connection's task, and stays counted
+/// for as long as it lasts.
+pub(crate) fn relay_once_switched<R, Fut>(
+    switching: hyper::upgrade::OnUpgrade,
+    admission: &AdmissionSlot,
+    what: &'static str,
+    relay: R,
+) where
+    R: FnOnce(Option<TokioIo<hyper::upgrade::Upgraded>>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let admitted = admission
+        .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take()
+        .take();
+    tokio::spawn(async move {
+        let _admitted = admitted;
+        let client = switching
+            .await
+            .inspect_err(
+                |err| tracing::debug!(error = %err, what, "the client left before the switch"),
+            )
+            .ok()
+            .map(TokioIo::new);
+        relay(client).await;
+    });
 }
 
 async fn serve_connection(

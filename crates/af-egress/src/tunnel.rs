@@ -19,7 +19,7 @@ use crate::body::{ProxyBody, full};
 use crate::context::Shared;
 use crate::decision_log::Pending;
 use crate::dial::{connect as dial, dial_address, logged_rule, read_hello};
-use crate::http_proxy::{AdmissionSlot, refuse_invalid_host, take_admission};
+use crate::http_proxy::{AdmissionSlot, refuse_invalid_host, relay_once_switched};
 use crate::policy::{Decision, DenyReason, Target, decide};
 use crate::refusal::Refusal;
 use crate::splice;
@@ -77,14 +77,10 @@ pub async fn connect(
                 rule,
                 response: response.clone(),
             };
-            let upgrade = hyper::upgrade::on(&mut req);
-            // The tunnel outlives the client connection's task: its admission goes along.
-            let admitted = take_admission(&admission);
-            tokio::spawn(async move {
-                let _admitted = admitted;
-                match upgrade.await {
-                    Ok(upgraded) => capture_tunnel(TokioIo::new(upgraded), captured, shared).await,
-                    Err(err) => tracing::debug!(%peer, error = %err, "CONNECT upgrade failed"),
+            let switching = hyper::upgrade::on(&mut req);
+            relay_once_switched(switching, &admission, "CONNECT", move |client| async move {
+                if let Some(client) = client {
+                    capture_tunnel(client, captured, shared).await;
                 }
             });
             return Response::new(full(""));
@@ -111,26 +107,11 @@ pub async fn connect(
             return Refusal::unreachable(addr, &err).into_response();
         }
     };
-    let upgrade = hyper::upgrade::on(&mut req);
-    let admitted = take_admission(&admission);
-    tokio::spawn(async move {
-        let _admitted = admitted;
-        match upgrade.await {
-            Ok(upgraded) => {
-                splice_tls(
-                    TokioIo::new(upgraded),
-                    &target,
-                    upstream,
-                    pending,
-                    &rule,
-                    &shared,
-                )
-                .await
-            }
-            Err(err) => {
-                tracing::debug!(%peer, error = %err, "CONNECT upgrade failed");
-                pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
-            }
+    let switching = hyper::upgrade::on(&mut req);
+    relay_once_switched(switching, &admission, "CONNECT", move |client| async move {
+        match client {
+            Some(client) => splice_tls(client, &target, upstream, pending, &rule, &shared).await,
+            None => pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0),
         }
     });
     Response::new(full(""))

@@ -13,12 +13,13 @@ use af_runtime::Verdict;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 
 use crate::body::{ProxyBody, full};
 use crate::context::Shared;
 use crate::decision_log::Pending;
-use crate::http_proxy::{AdmissionSlot, for_origin, remove_hop_by_hop, take_admission, to_client};
+use crate::http_proxy::{
+    AdmissionSlot, for_origin, relay_once_switched, remove_hop_by_hop, to_client,
+};
 use crate::refusal::Refusal;
 use crate::tunnel::relay_to;
 use crate::upstream_http::{Outgoing, UpgradeAnswer, UpstreamConnection};
@@ -26,14 +27,15 @@ use crate::upstream_http::{Outgoing, UpgradeAnswer, UpstreamConnection};
 /// The protocols a request asks to switch to: its `Upgrade` field, when its `Connection` field
 /// names `upgrade` (RFC 9110 section 7.8 requires both).
 pub fn requested(headers: &HeaderMap) -> Option<HeaderValue> {
+    // Upgrade first: asked of every forwarded request, and almost none carries it.
+    let protocols = headers.get(header::UPGRADE).filter(|p| !p.is_empty())?;
     let named = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
         .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
-    let protocols = headers.get(header::UPGRADE)?;
-    (named && !protocols.is_empty()).then(|| protocols.clone())
+    named.then(|| protocols.clone())
 }
 
 /// Forwards an allowed upgrade request (without a body) to `addr` and, when the origin switches
@@ -87,29 +89,20 @@ pub async fn relay(
     let mut switched = Response::new(full(""));
     *switched.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     *switched.headers_mut() = switching_answer(headers);
-    // The upgraded connection outlives the client connection's task: its admission goes along.
-    let admitted = take_admission(&admission);
-    tokio::spawn(async move {
-        let _admitted = admitted;
-        match client_switches.await {
-            Ok(client) => {
-                relay_to(
-                    TokioIo::new(client),
-                    Vec::new(),
-                    &already_read,
-                    upstream,
-                    pending,
-                    &rule,
-                    &shared,
-                )
-                .await
+    relay_once_switched(
+        client_switches,
+        &admission,
+        "upgrade",
+        move |client| async move {
+            match client {
+                Some(client) => {
+                    let first = &already_read;
+                    relay_to(client, Vec::new(), first, upstream, pending, &rule, &shared).await
+                }
+                None => pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0),
             }
-            Err(err) => {
-                tracing::debug!(error = %err, "the client's side of an upgrade failed");
-                pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
-            }
-        }
-    });
+        },
+    );
     switched
 }
 

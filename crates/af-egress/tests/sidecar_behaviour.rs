@@ -140,17 +140,9 @@ fn the_inbox_stays_within_its_bytes_whatever_a_workload_sends() {
         assert_eq!(mail["body"].as_str().unwrap().len(), 65536);
         assert_eq!(mail["truncated"], true);
 
-        let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
-        let value = |name: &str| -> u64 {
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{name} ")))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("{name} in {metrics}"))
-        };
-        assert!(value("af_egress_inbox_bytes") <= 200_000, "{metrics}");
-        assert_eq!(value("af_egress_inbox_entries"), 3);
-        assert_eq!(value("af_egress_inbox_dropped_total"), 8);
+        assert!(metric("af_egress_inbox_bytes").await <= 200_000);
+        assert_eq!(metric("af_egress_inbox_entries").await, 3);
+        assert_eq!(metric("af_egress_inbox_dropped_total").await, 8);
     });
 }
 
@@ -176,24 +168,7 @@ fn captured_bodies_read_at_once_are_bounded_across_connections() {
         let mut holding = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
         holding.write_all(post("first").as_bytes()).await.unwrap();
         holding.write_all(&[b'a'; 3000]).await.unwrap();
-        let mut waited = 0;
-        loop {
-            let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
-            let held = metrics
-                .lines()
-                .find_map(|l| l.strip_prefix("af_egress_capture_bytes_in_flight "))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("{metrics}"));
-            if held >= 3000 {
-                break;
-            }
-            waited += 1;
-            assert!(
-                waited < 500,
-                "the sidecar never took the first body's bytes"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        metric_reaches("af_egress_capture_bytes_in_flight", 3000).await;
 
         let second = format!("{}{}", post("second"), "b".repeat(4096));
         let answer = exchange(addr(SIDECAR, 3128), second.as_bytes()).await;
@@ -243,23 +218,7 @@ fn mail_received_at_once_is_bounded_across_sessions() {
             .write_all(format!("{envelope}{}", lines(90)).as_bytes())
             .await
             .unwrap();
-        let in_flight = || async {
-            let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix("af_egress_mail_bytes_in_flight "))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("{metrics}"))
-        };
-        let mut waited = 0;
-        while in_flight().await < 90_000 {
-            waited += 1;
-            assert!(
-                waited < 500,
-                "the sidecar never took the first message's lines"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        metric_reaches("af_egress_mail_bytes_in_flight", 90_000).await;
 
         // Another of 80 000 does not fit in the 60 000 left: try again later.
         let send = |n: usize| async move {
@@ -279,7 +238,7 @@ fn mail_received_at_once_is_bounded_across_sessions() {
         assert!(finished.contains("250 2.0.0 captured as"), "{finished}");
         let accepted = send(80).await;
         assert!(accepted.contains("250 2.0.0 captured as"), "{accepted}");
-        assert_eq!(in_flight().await, 0);
+        assert_eq!(metric("af_egress_mail_bytes_in_flight").await, 0);
         assert_eq!(inbox().await.len(), 2);
     });
 }
@@ -471,14 +430,6 @@ fn connections_are_admitted_up_to_the_limit_tunnels_included() {
         });
         // The test configuration ends in its `limits` section: this line goes on under it.
         let _sidecar = start_sidecar(&format!("  max_connections: 2\n{POLICY}"), "").await;
-        let open = || async {
-            let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix("af_egress_connections_open "))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("{metrics}"))
-        };
 
         let mut tunnel = TcpStream::connect(addr(SIDECAR, 3128)).await.unwrap();
         tunnel
@@ -514,7 +465,7 @@ fn connections_are_admitted_up_to_the_limit_tunnels_included() {
         );
         assert_eq!(read_exactly(&mut upgraded, 17).await, "hello-from-origin");
         assert_eq!(
-            open().await,
+            metric("af_egress_connections_open").await,
             2,
             "the tunnel and the upgraded connection are counted"
         );
@@ -525,7 +476,11 @@ fn connections_are_admitted_up_to_the_limit_tunnels_included() {
             .write_all(b"GET http://api.allowed.test/plain HTTP/1.1\r\nhost: api.allowed.test\r\nconnection: close\r\n\r\n")
             .await
             .unwrap();
-        assert_eq!(open().await, 2, "the third is not admitted");
+        assert_eq!(
+            metric("af_egress_connections_open").await,
+            2,
+            "the third is not admitted"
+        );
 
         // The tunnel closes: its admission is given back, and the third is served.
         drop(tunnel);

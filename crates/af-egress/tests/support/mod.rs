@@ -385,6 +385,28 @@ pub async fn read_response(stream: &mut TcpStream) -> String {
     }
 }
 
+/// One of the sidecar's metrics as `/metrics` gives it now (a series without labels).
+pub async fn metric(name: &str) -> u64 {
+    let (_, metrics) = control_get("/metrics", Some(TOKEN)).await;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {metrics}"))
+}
+
+/// Waits until `metric(name)` reaches `at_least` (asked again for up to 5 s, so that one that
+/// never does fails): for a test to know the sidecar has taken what it was sent.
+pub async fn metric_reaches(name: &str, at_least: u64) {
+    for _ in 0..500 {
+        if metric(name).await >= at_least {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{name} never reached {at_least}");
+}
+
 /// A GET through the control API, with or without the token; (status line, body).
 pub async fn control_get(path: &str, token: Option<&str>) -> (String, String) {
     control_request("GET", path, token, "").await
