@@ -25,6 +25,7 @@ use crate::decision_log::Pending;
 use crate::dial::{dial_address, logged_rule};
 use crate::policy::{Decision, DenyReason, Target, decide};
 use crate::refusal::{Refusal, VERDICT_HEADER};
+use crate::request_host::{self, NamedHost};
 use crate::upstream_http::{
     ExchangeFailed, GiveBack, Outgoing, UpstreamBody, UpstreamConnection, UpstreamError,
 };
@@ -134,7 +135,7 @@ async fn serve_connection(
 }
 
 async fn handle(
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     peer: SocketAddr,
     shared: Arc<Shared>,
     mode: HttpMode,
@@ -154,10 +155,14 @@ async fn handle(
             .into_response(),
         };
     }
-    let (host, port, protocol) = match mode {
-        HttpMode::Forward => match (req.uri().scheme_str(), req.uri().host()) {
-            (Some("http"), Some(host)) => {
-                (host.to_string(), req.uri().port_u16().unwrap_or(80), "http")
+    let protocol = match mode {
+        HttpMode::Forward => "http",
+        HttpMode::Transparent => "http-transparent",
+    };
+    let named = match mode {
+        HttpMode::Forward => match (req.uri().scheme_str(), req.uri().authority()) {
+            (Some("http"), Some(authority)) => {
+                request_host::forwarded(authority.as_str(), req.headers())
             }
             (Some(_), Some(_)) => {
                 return Refusal::not_forwardable(
@@ -176,17 +181,48 @@ async fn handle(
                 .into_response();
             }
         },
-        HttpMode::Transparent => match host_header(req.headers()) {
-            Some((host, port)) => (host, port.unwrap_or(80), "http-transparent"),
-            None => {
-                return Refusal::not_forwardable(
-                    StatusCode::BAD_REQUEST,
-                    "no Host header: nothing to decide the request by",
-                    "send the Host header",
-                )
-                .into_response();
-            }
-        },
+        HttpMode::Transparent => request_host::transparent(req.uri(), req.headers()),
+    };
+    let (host, port) = match named {
+        NamedHost::One(host, port) => (host, port),
+        NamedHost::Nothing => {
+            return Refusal::not_forwardable(
+                StatusCode::BAD_REQUEST,
+                "no Host header: nothing to decide the request by",
+                "send the Host header",
+            )
+            .into_response();
+        }
+        NamedHost::Unreadable => {
+            let pending = Pending::new(
+                &shared.environment,
+                peer,
+                protocol,
+                req.method().as_str(),
+                "",
+                80,
+            );
+            return refuse_invalid_host(pending, &shared);
+        }
+        NamedHost::Ambiguous(ambiguous) => {
+            // Recorded under the host the request names first: the target's, else its Host's.
+            let claimed = req.uri().host().map(str::to_string).or_else(|| {
+                let field = req.headers().get(header::HOST)?;
+                Some(String::from_utf8_lossy(field.as_bytes()).into_owned())
+            });
+            let port = req.uri().port_u16().unwrap_or(80);
+            let pending = Pending::new(
+                &shared.environment,
+                peer,
+                protocol,
+                req.method().as_str(),
+                claimed.as_deref().unwrap_or_default(),
+                port,
+            );
+            let reason = DenyReason::AmbiguousHost(ambiguous);
+            pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
+            return Refusal::ambiguous_host(&reason).into_response();
+        }
     };
     let mut pending = Pending::new(
         &shared.environment,
@@ -199,6 +235,9 @@ async fn handle(
     let Some(target) = Target::parse(&host) else {
         return refuse_invalid_host(pending, &shared);
     };
+    // The one host decided is the one sent, whatever form the client wrote it in.
+    req.headers_mut()
+        .insert(header::HOST, request_host::canonical_host(&target, port));
     match decide(&target, &shared.policy) {
         Decision::Deny { reason } => {
             pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
@@ -229,13 +268,6 @@ async fn handle(
             }
         },
     }
-}
-
-/// The Host header as (name or address, port).
-fn host_header(headers: &HeaderMap) -> Option<(String, Option<u16>)> {
-    let value = headers.get(header::HOST)?.to_str().ok()?;
-    let authority: http::uri::Authority = value.parse().ok()?;
-    Some((authority.host().to_string(), authority.port_u16()))
 }
 
 /// Forwards an allowed request to `addr` and streams the answer back, counting both bodies; the
@@ -275,21 +307,15 @@ async fn relay(
     to_client(response, up, pending, rule, &shared)
 }
 
-/// Makes a client's request one to send to the origin: origin form, a Host header (from the
-/// absolute URI when the client sent none), no hop-by-hop fields; a target that cannot be put in
-/// origin form is refused.
+/// Makes a client's request one to send to the origin: origin form, no hop-by-hop fields (its
+/// Host field is already the decided host's); a target that cannot be put in origin form is
+/// refused.
 pub(crate) fn for_origin(parts: &mut http::request::Parts) -> Result<(), Refusal> {
     let origin_form = parts
         .uri
         .path_and_query()
         .map_or("/", |pq| pq.as_str())
         .to_string();
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(authority) = parts.uri.authority()
-        && let Ok(value) = HeaderValue::from_str(authority.as_str())
-    {
-        parts.headers.insert(header::HOST, value);
-    }
     parts.uri = origin_form.parse().map_err(|_| {
         Refusal::not_forwardable(
             StatusCode::BAD_REQUEST,
@@ -532,20 +558,5 @@ mod tests {
         remove_hop_by_hop(&mut headers);
         assert_eq!(headers.len(), 1);
         assert!(headers.contains_key(header::ACCEPT));
-    }
-
-    #[test]
-    fn host_headers() {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::HOST,
-            HeaderValue::from_static("api.example.com:8080"),
-        );
-        assert_eq!(
-            host_header(&headers),
-            Some(("api.example.com".into(), Some(8080)))
-        );
-        headers.insert(header::HOST, HeaderValue::from_static("[2001:db8::1]"));
-        assert_eq!(host_header(&headers), Some(("[2001:db8::1]".into(), None)));
     }
 }

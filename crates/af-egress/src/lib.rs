@@ -42,6 +42,7 @@ pub mod inbox;
 mod metrics;
 pub mod policy;
 pub mod refusal;
+mod request_host;
 mod resolve;
 mod server;
 mod smtp;

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use af_manifest::{CannedResponse, EgressPolicy, HostRule};
 
 use crate::address::{AddressClass, classify};
+use crate::request_host::AmbiguousHost;
 
 /// Where a request wants to go, as the client named it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +66,8 @@ pub enum DenyReason {
     Unresolvable,
     /// The host is not a valid name or address.
     InvalidHost,
+    /// An HTTP request that names its host in two ways that disagree (or could).
+    AmbiguousHost(AmbiguousHost),
     /// Inside a CONNECT tunnel, the TLS server name differs from the CONNECT host.
     SniMismatch { sni: String },
     /// A tunnel or TLS connection that did not start with a TLS ClientHello.
@@ -87,6 +90,7 @@ impl fmt::Display for DenyReason {
             DenyReason::ForbiddenAddress { ip, class } => write!(f, "resolved-to-{class}:{ip}"),
             DenyReason::Unresolvable => f.write_str("unresolvable"),
             DenyReason::InvalidHost => f.write_str("invalid-host"),
+            DenyReason::AmbiguousHost(why) => write!(f, "ambiguous-host:{why}"),
             DenyReason::SniMismatch { sni } => write!(f, "sni-mismatch:{sni}"),
             DenyReason::NotTls => f.write_str("not-tls"),
             DenyReason::NoServerName => f.write_str("no-server-name"),

@@ -38,15 +38,19 @@ pub enum AnswerCode {
     NoAnswer,
     /// A captured host the sidecar cannot answer on this connection.
     CaptureCannotAnswer,
+    /// An HTTP request that names its host in two ways that disagree: two Host fields, userinfo,
+    /// or a Host field other than the URL's host.
+    AmbiguousHost,
 }
 
 impl AnswerCode {
-    pub const ALL: [AnswerCode; 5] = [
+    pub const ALL: [AnswerCode; 6] = [
         AnswerCode::Denied,
         AnswerCode::NotForwardable,
         AnswerCode::Unreachable,
         AnswerCode::NoAnswer,
         AnswerCode::CaptureCannotAnswer,
+        AnswerCode::AmbiguousHost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -56,6 +60,7 @@ impl AnswerCode {
             AnswerCode::Unreachable => "AF-RUN-054",
             AnswerCode::NoAnswer => "AF-RUN-055",
             AnswerCode::CaptureCannotAnswer => "AF-RUN-056",
+            AnswerCode::AmbiguousHost => "AF-RUN-057",
         }
     }
 }
@@ -99,6 +104,17 @@ impl Refusal {
             verdict: Some("deny"),
             what: "the host is not a valid name or address".to_string(),
             next: next_step(&DenyReason::InvalidHost).to_string(),
+        }
+    }
+
+    /// A request that names its host ambiguously (`reason` says how): 400, recorded as denied.
+    pub fn ambiguous_host(reason: &DenyReason) -> Refusal {
+        Refusal {
+            status: StatusCode::BAD_REQUEST,
+            code: AnswerCode::AmbiguousHost,
+            verdict: Some("deny"),
+            what: format!("the request names its host in two ways ({reason})"),
+            next: next_step(reason).to_string(),
         }
     }
 
@@ -224,6 +240,11 @@ fn next_step(reason: &DenyReason) -> &'static str {
              DNS knows it"
         }
         DenyReason::InvalidHost => "name the destination by a host name or an IP address",
+        DenyReason::AmbiguousHost(_) => {
+            "name the destination once: one Host field, the same host as the URL's (or none, \
+             and the sidecar sends the URL's), and no user@ in either; the sidecar decides by \
+             that one host and sends exactly it"
+        }
         DenyReason::SniMismatch { .. } => {
             "the TLS server name must be the host the CONNECT names (domain fronting is refused)"
         }
@@ -261,6 +282,9 @@ mod tests {
             Refusal::no_answer(addr, &UpstreamError::Closed),
             Refusal::capture_without_ca(&name("hooks.example"), "no CA"),
             Refusal::misdirected("hooks.example", "other.example"),
+            Refusal::ambiguous_host(&DenyReason::AmbiguousHost(
+                crate::request_host::AmbiguousHost::TwoHostFields,
+            )),
         ];
         for refusal in refusals {
             let code = refusal.code.as_str();

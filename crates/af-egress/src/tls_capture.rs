@@ -33,7 +33,9 @@ use crate::body::ProxyBody;
 use crate::context::Shared;
 use crate::decision_log::Pending;
 use crate::http_proxy::capture;
+use crate::policy::DenyReason;
 use crate::refusal::Refusal;
+use crate::request_host;
 
 /// Certificates minted for captured names are kept for reuse; past this many the cache starts
 /// over, so a workload naming endless hosts cannot grow the sidecar without bound.
@@ -278,7 +280,8 @@ pub async fn bounded_handshake<T, E: std::fmt::Display>(
 
 /// One request inside a captured TLS connection. Its Host header, when it has one, must name the
 /// host the connection was captured for: the certificate was made for that name alone, so another
-/// name is a misdirected request (RFC 9110 section 15.5.20), refused and recorded.
+/// name is a misdirected request (RFC 9110 section 15.5.20), refused and recorded; so is a request
+/// that names its host ambiguously (two Host fields, userinfo), as on the proxy's listeners.
 async fn answer_request(
     req: Request<Incoming>,
     captured: &CapturedConnection,
@@ -292,30 +295,25 @@ async fn answer_request(
         &captured.host,
         captured.port,
     );
-    if let Some(other) = misdirected_host(&req, &captured.host) {
-        pending.finish(
-            &shared.log,
-            Verdict::Deny,
-            &format!("misdirected:{other}"),
-            0,
-            0,
-        );
-        return Refusal::misdirected(&captured.host, &other).into_response();
+    match request_host::inside_captured(req.uri(), req.headers(), &captured.host) {
+        Ok(None) => {}
+        Ok(Some(other)) => {
+            pending.finish(
+                &shared.log,
+                Verdict::Deny,
+                &format!("misdirected:{other}"),
+                0,
+                0,
+            );
+            return Refusal::misdirected(&captured.host, &other).into_response();
+        }
+        Err(ambiguous) => {
+            let reason = DenyReason::AmbiguousHost(ambiguous);
+            pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
+            return Refusal::ambiguous_host(&reason).into_response();
+        }
     }
     capture(req, pending, shared, &captured.rule, &captured.response).await
-}
-
-/// The host a request names (Host header, else the URI's authority) when it is not `captured`.
-fn misdirected_host(req: &Request<Incoming>, captured: &str) -> Option<String> {
-    let named = req
-        .headers()
-        .get(http::header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<http::uri::Authority>().ok())
-        .or_else(|| req.uri().authority().cloned())?;
-    let host = named.host().trim_start_matches('[').trim_end_matches(']');
-    (!host.eq_ignore_ascii_case(captured.trim_start_matches('[').trim_end_matches(']')))
-        .then(|| host.to_string())
 }
 
 /// A stream whose first bytes, already read to decide the connection, are read again: the TLS

@@ -367,3 +367,129 @@ async fn start_sidecar_control_everywhere() -> u16 {
     std::mem::forget(running);
     port
 }
+
+/// E21: Host-header fronting. The sidecar decides a request by one host and must send exactly that
+/// host: a shared ingress or CDN behind an allowed address routes by `Host`, so a request whose
+/// `Host` names another site (or two sites, or hides one in userinfo) would reach that other site
+/// while the log records the allowed one. Judged at the origin standing in for the shared ingress:
+/// every request that reached it carries one Host, the allowed host's. Positive controls: honest
+/// requests on both listeners, with and without a Host of their own, reach it.
+#[test]
+fn e21_host_header_fronting_is_refused() {
+    in_private_network(|| async {
+        let ingress_saw = http_origin(addr(ORIGIN, 80), "ingress").await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+        let proxy = addr(SIDECAR, 3128);
+        let transparent = addr(SIDECAR, 80);
+
+        for (listener, request) in [
+            (
+                proxy,
+                "GET http://api.allowed.test/honest HTTP/1.1\r\nhost: api.allowed.test\r\n",
+            ),
+            (proxy, "GET http://API.allowed.test:80/no-host HTTP/1.0\r\n"),
+            (
+                transparent,
+                "GET /honest-transparent HTTP/1.1\r\nhost: api.allowed.test\r\n",
+            ),
+        ] {
+            let answer = exchange(
+                listener,
+                format!("{request}connection: close\r\n\r\n").as_bytes(),
+            )
+            .await;
+            assert_eq!(
+                status(&answer),
+                "200",
+                "positive control {request:?}: {answer}"
+            );
+        }
+        assert_eq!(
+            headers_of(&ingress_saw).len(),
+            3,
+            "positive controls reached the ingress"
+        );
+
+        let attacks = [
+            (
+                proxy,
+                "GET http://api.allowed.test/fronted HTTP/1.1\r\nhost: secret.example\r\n",
+            ),
+            (
+                proxy,
+                "GET http://api.allowed.test/two HTTP/1.1\r\nhost: api.allowed.test\r\nhost: secret.example\r\n",
+            ),
+            (
+                proxy,
+                "GET http://secret.example@api.allowed.test/userinfo HTTP/1.0\r\n",
+            ),
+            (
+                proxy,
+                "GET http://secret.example@api.allowed.test/userinfo-host HTTP/1.1\r\nhost: api.allowed.test\r\n",
+            ),
+            (
+                proxy,
+                "GET http://api.allowed.test/ws HTTP/1.1\r\nhost: secret.example\r\nupgrade: websocket\r\nconnection: upgrade\r\n",
+            ),
+            (
+                transparent,
+                "GET /two-transparent HTTP/1.1\r\nhost: api.allowed.test\r\nhost: secret.example\r\n",
+            ),
+            (
+                transparent,
+                "GET /userinfo-transparent HTTP/1.1\r\nhost: secret.example@api.allowed.test\r\n",
+            ),
+            (
+                transparent,
+                "GET http://secret.example/absolute HTTP/1.1\r\nhost: api.allowed.test\r\n",
+            ),
+            (
+                proxy,
+                "GET http://api.payments.test/charge HTTP/1.1\r\nhost: secret.example\r\n",
+            ),
+        ];
+        for (listener, request) in attacks {
+            let answer = exchange(
+                listener,
+                format!("{request}connection: close\r\n\r\n").as_bytes(),
+            )
+            .await;
+            assert!(
+                status(&answer) == "400" && answer.contains("x-af-error: AF-RUN-057"),
+                "{request:?}: {answer}"
+            );
+        }
+        let reached = headers_of(&ingress_saw);
+        for head in &reached {
+            let hosts: Vec<&str> = head
+                .lines()
+                .filter(|l| l.to_ascii_lowercase().starts_with("host:"))
+                .collect();
+            assert_eq!(
+                hosts,
+                ["host: api.allowed.test"],
+                "what the ingress got: {head}"
+            );
+        }
+        assert_eq!(
+            reached.len(),
+            3,
+            "no attack reached the ingress: {reached:?}"
+        );
+        assert!(inbox().await.is_empty(), "no fronted request was captured");
+
+        let denied = decisions("?verdict=deny").await;
+        assert_eq!(denied.len(), attacks.len(), "{denied:?}");
+        assert!(
+            denied
+                .iter()
+                .all(|r| r["rule"].as_str().unwrap().starts_with("ambiguous-host:")),
+            "{denied:?}"
+        );
+    });
+}
+
+/// The status code of a whole HTTP/1.x answer.
+fn status(answer: &str) -> &str {
+    answer.split(' ').nth(1).unwrap_or("")
+}

@@ -324,8 +324,14 @@ fn an_upgrade_to_an_allowed_host_is_relayed_once_the_origin_switches() {
         switching_origin(addr(ORIGIN, 80)).await;
         let _sidecar = start_sidecar(POLICY, "").await;
         let ask = |target: &str, connection: &str| {
+            // The Host field names the URL's host, as clients send it (a disagreeing one is
+            // refused: battery E21).
+            let host = target
+                .strip_prefix("http://")
+                .and_then(|rest| rest.split('/').next())
+                .unwrap_or("api.allowed.test");
             format!(
-                "GET {target} HTTP/1.1\r\nhost: api.allowed.test\r\nconnection: {connection}\r\nupgrade: websocket\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+                "GET {target} HTTP/1.1\r\nhost: {host}\r\nconnection: {connection}\r\nupgrade: websocket\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
             )
         };
         for (listener, target) in [(3128, "http://api.allowed.test/ws"), (80, "/ws")] {
@@ -1122,6 +1128,25 @@ fn captured_https_is_answered_behind_the_environment_ca() {
         .await
         .unwrap();
         assert!(misdirected.starts_with("HTTP/1.1 421"), "{misdirected}");
+        // A second name smuggled in beside the captured one (battery E21, inside TLS).
+        for hosts in [
+            "host: hooks.chat.test\r\nhost: api.allowed.test",
+            "host: api.allowed.test@hooks.chat.test",
+        ] {
+            let ambiguous = tls_exchange(
+                TcpStream::connect(addr(SIDECAR, 443)).await.unwrap(),
+                "hooks.chat.test",
+                Some(&ca_cert),
+                format!("POST /smuggled HTTP/1.1\r\n{hosts}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await
+            .unwrap();
+            assert!(
+                ambiguous.starts_with("HTTP/1.1 400") && ambiguous.contains("AF-RUN-057"),
+                "{hosts}: {ambiguous}"
+            );
+        }
 
         let untrusting = tls_exchange(
             connect_tunnel("api.payments.test:443").await,
