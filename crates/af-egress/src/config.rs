@@ -373,6 +373,13 @@ impl SidecarConfig {
                 if dns.answer_v4.is_none() && dns.answer_v6.is_none() {
                     problems.push("dns needs answer_v4 or answer_v6: the sidecar's address that outside names resolve to".to_string());
                 }
+                for name in dns.internal_names.iter().chain(&dns.internal_suffixes) {
+                    if crate::dns::internal_name(name).is_none() {
+                        problems.push(format!(
+                            "dns names {name:?} as internal, which is not a host name (labels of letters, digits, `-` and `_`, joined by dots)"
+                        ));
+                    }
+                }
                 if (!dns.internal_names.is_empty() || !dns.internal_suffixes.is_empty())
                     && dns.upstream.is_none()
                 {
@@ -572,6 +579,21 @@ mod tests {
         refuses(
             "limits: {max_connections: 0}\n",
             "limits.max_connections is 0",
+        );
+    }
+
+    #[test]
+    fn internal_dns_names_must_be_host_names() {
+        let text = MINIMAL.replace(
+            "listen: {proxy: 127.0.0.1:3128}",
+            "listen: {dns: 127.0.0.1:53}\ndns: {answer_v4: 10.0.0.2, upstream: 10.0.0.53:53, internal_names: [web], internal_suffixes: ['a b.local']}",
+        );
+        let problems = parse_config(&text, Path::new(".")).unwrap_err();
+        assert_eq!(
+            problems,
+            [
+                "dns names \"a b.local\" as internal, which is not a host name (labels of letters, digits, `-` and `_`, joined by dots)"
+            ]
         );
     }
 

@@ -1,13 +1,14 @@
 //! The DNS responder. Every name outside the environment resolves to the sidecar itself, so a
 //! client that ignores its proxy settings still lands on the sidecar and is decided. Names inside
-//! the environment are forwarded, as received but for the query id, to the platform's resolver.
-//! Any other question about an outside name is refused and never forwarded: DNS must not be a
-//! tunnel.
+//! the environment are forwarded to the platform's resolver, in a query rebuilt from the question
+//! alone. Any other question about an outside name is refused and never forwarded, and so is any
+//! name that is not a host name: DNS must not be a tunnel.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use af_runtime::Verdict;
+use hickory_proto::rr::Name;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
@@ -17,7 +18,7 @@ use crate::context::Shared;
 use crate::decision_log::Pending;
 use crate::dns_forward::{Forward, ForwardTable};
 use crate::dns_wire::{
-    Question, RCODE_REFUSED, RCODE_SERVFAIL, format_error, read_query, type_name,
+    Question, RCODE_REFUSED, RCODE_SERVFAIL, format_error, is_host_name, read_query, type_name,
 };
 use crate::metrics::DnsOutcome;
 use crate::policy::DenyReason;
@@ -28,28 +29,61 @@ use crate::udp_batch::{BATCH, Datagram, Inbound, send_all};
 enum Handling {
     /// Answer these bytes.
     Reply(Vec<u8>),
-    /// Send the query, as received, to the platform's resolver and relay its answer.
-    Forward(SocketAddr),
+    /// Send this query (rebuilt from the client's question, under the client's id) to the
+    /// platform's resolver, and relay its answer.
+    Forward(Vec<u8>),
     /// Unreadable without even an id: say nothing.
     Drop,
 }
 
-/// Whether `name` is inside the environment: a service name, or under an internal suffix.
-fn is_internal(name: &str, dns: &DnsConfig) -> bool {
-    dns.internal_names
-        .iter()
-        .any(|n| n.eq_ignore_ascii_case(name))
-        || dns.internal_suffixes.iter().any(|suffix| {
-            let suffix = suffix.trim_matches('.');
-            name.eq_ignore_ascii_case(suffix)
-                || (name.len() > suffix.len()
-                    && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
-                    && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix))
-        })
+/// The names inside the environment, read once as names: each is compared with a query's name
+/// label by label (case aside), never as joined text, where one label holding dots would pass
+/// for several.
+#[derive(Debug)]
+pub struct InternalZones {
+    /// Service names: exactly these.
+    names: Vec<Name>,
+    /// Suffixes: these and every name under them.
+    suffixes: Vec<Name>,
+}
+
+impl InternalZones {
+    /// The zones `dns` names; a name that is not a host name (refused when the configuration is
+    /// loaded) is left out rather than matched as something else.
+    pub fn new(dns: &DnsConfig) -> InternalZones {
+        let read = |texts: &[String]| {
+            texts
+                .iter()
+                .filter_map(|text| internal_name(text))
+                .collect::<Vec<Name>>()
+        };
+        InternalZones {
+            names: read(&dns.internal_names),
+            suffixes: read(&dns.internal_suffixes),
+        }
+    }
+
+    /// Whether `name` is inside the environment: a service name, or under an internal suffix.
+    fn contains(&self, name: &Name) -> bool {
+        self.names.iter().any(|n| n == name) || self.suffixes.iter().any(|s| s.zone_of(name))
+    }
+}
+
+/// A configured internal name or suffix as a fully qualified name, when it is a host name.
+pub fn internal_name(text: &str) -> Option<Name> {
+    let mut name = Name::from_ascii(text.trim_matches('.')).ok()?;
+    name.set_fqdn(true);
+    (is_host_name(&name) && !name.is_root()).then_some(name)
 }
 
 /// Decides one query. Records refusals in the decision log.
-fn handle_query(bytes: &[u8], client: SocketAddr, shared: &Shared, dns: &DnsConfig) -> Handling {
+fn handle_query(
+    bytes: &[u8],
+    client: SocketAddr,
+    shared: &Shared,
+    dns: &DnsConfig,
+    zones: &InternalZones,
+) -> Handling {
     let question = match read_query(bytes) {
         Ok(question) => question,
         Err(unreadable) => {
@@ -60,11 +94,16 @@ fn handle_query(bytes: &[u8], client: SocketAddr, shared: &Shared, dns: &DnsConf
             };
         }
     };
-    if is_internal(&question.name, dns) {
+    if !is_host_name(&question.name) {
+        shared.metrics.dns(DnsOutcome::Refused);
+        refuse(&question, DenyReason::DnsNameNotHostName, client, shared);
+        return Handling::Reply(question.empty_response(RCODE_REFUSED));
+    }
+    if zones.contains(&question.name) {
         return match dns.upstream {
-            Some(upstream) => {
+            Some(_) => {
                 shared.metrics.dns(DnsOutcome::Forwarded);
-                Handling::Forward(upstream)
+                Handling::Forward(question.forwarded_query())
             }
             None => Handling::Reply(question.empty_response(RCODE_SERVFAIL)),
         };
@@ -74,26 +113,20 @@ fn handle_query(bytes: &[u8], client: SocketAddr, shared: &Shared, dns: &DnsConf
         return Handling::Reply(question.address_response(dns.answer_v4, dns.answer_v6, dns.ttl));
     }
     shared.metrics.dns(DnsOutcome::Refused);
-    refuse(&question, client, shared);
+    refuse(&question, DenyReason::DnsQueryType, client, shared);
     Handling::Reply(question.empty_response(RCODE_REFUSED))
 }
 
-fn refuse(question: &Question, client: SocketAddr, shared: &Shared) {
+fn refuse(question: &Question, reason: DenyReason, client: SocketAddr, shared: &Shared) {
     Pending::new(
         &shared.environment,
         client,
         "dns",
         &type_name(question.qtype),
-        &question.name,
+        &question.name_text(),
         53,
     )
-    .finish(
-        &shared.log,
-        Verdict::Deny,
-        &DenyReason::DnsQueryType.to_string(),
-        0,
-        0,
-    );
+    .finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);
 }
 
 /// Serves DNS over UDP until the socket fails for good. Queries are taken in batches (every one
@@ -110,6 +143,7 @@ pub async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, dns: Arc<DnsConfi
         },
         None => Vec::new(),
     };
+    let zones = InternalZones::new(&dns);
     let mut table = ForwardTable::new(shared.limits.dns_forward_timeout(), id_seed());
     let mut inbound = Inbound::default();
     let mut replies: Vec<Datagram> = Vec::with_capacity(BATCH);
@@ -137,7 +171,7 @@ pub async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, dns: Arc<DnsConfi
                 let now = std::time::Instant::now();
                 for (query, client) in inbound.datagrams() {
                     let Some(client) = client else { continue };
-                    match handle_query(query, client, &shared, &dns) {
+                    match handle_query(query, client, &shared, &dns, &zones) {
                         Handling::Reply(reply) => replies.push((reply, Some(client))),
                         Handling::Forward(_) if resolver.is_empty() => {
                             if let Ok(question) = read_query(query) {
@@ -145,7 +179,7 @@ pub async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, dns: Arc<DnsConfi
                                     .push((question.empty_response(RCODE_SERVFAIL), Some(client)));
                             }
                         }
-                        Handling::Forward(_) => match table.forward(query, client, now) {
+                        Handling::Forward(rebuilt) => match table.forward(rebuilt, client, now) {
                             Forward::Send(sent) => {
                                 let id = u16::from_be_bytes([sent[0], sent[1]]);
                                 forwards[usize::from(id) % resolver.len()].push((sent, None));
@@ -232,12 +266,20 @@ fn id_seed() -> u64 {
 
 /// Serves DNS over TCP on `listener` for ever.
 pub async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>, dns: Arc<DnsConfig>) {
+    let zones = Arc::new(InternalZones::new(&dns));
     crate::accept::accept_workloads(
         listener,
         "dns",
         shared.clone(),
         |stream, client, admitted| {
-            tcp_connection(stream, client, admitted, shared.clone(), dns.clone())
+            tcp_connection(
+                stream,
+                client,
+                admitted,
+                shared.clone(),
+                dns.clone(),
+                zones.clone(),
+            )
         },
     )
     .await;
@@ -250,17 +292,21 @@ async fn tcp_connection(
     _admitted: Admitted,
     shared: Arc<Shared>,
     dns: Arc<DnsConfig>,
+    zones: Arc<InternalZones>,
 ) {
     let idle = shared.limits.idle_timeout();
     loop {
         let Ok(Some(query)) = tokio::time::timeout(idle, read_message(&mut stream)).await else {
             return;
         };
-        let reply = match handle_query(&query, client, &shared, &dns) {
+        let reply = match handle_query(&query, client, &shared, &dns, &zones) {
             Handling::Reply(reply) => Some(reply),
-            Handling::Forward(upstream) => {
-                forward_tcp(&query, upstream, shared.limits.dns_forward_timeout()).await
-            }
+            Handling::Forward(rebuilt) => match dns.upstream {
+                Some(upstream) => {
+                    forward_tcp(&rebuilt, upstream, shared.limits.dns_forward_timeout()).await
+                }
+                None => None,
+            },
             Handling::Drop => return,
         };
         let Some(reply) = reply else { return };
@@ -314,29 +360,57 @@ mod tests {
         }
     }
 
+    fn name(text: &str) -> Name {
+        Name::from_ascii(text)
+            .unwrap()
+            .append_domain(&Name::root())
+            .unwrap()
+    }
+
     #[test]
     fn internal_names_and_suffixes() {
-        let config = dns(
+        let zones = InternalZones::new(&dns(
             &["web", "worker"],
             &["svc.cluster.local", ".af-env.internal."],
-        );
-        for name in [
+        ));
+        for text in [
             "web",
             "WORKER",
             "svc.cluster.local",
             "web.ns.svc.cluster.local",
             "x.af-env.internal",
         ] {
-            assert!(is_internal(name, &config), "{name}");
+            assert!(zones.contains(&name(text)), "{text}");
         }
-        for name in [
+        for text in [
             "webx",
             "web.example.com",
             "evilsvc.cluster.local",
             "cluster.local",
             "api.github.com",
         ] {
-            assert!(!is_internal(name, &config), "{name}");
+            assert!(!zones.contains(&name(text)), "{text}");
+        }
+    }
+
+    /// One label that holds dots is one label: it is not the service name or the suffix its text
+    /// spells.
+    #[test]
+    fn a_label_holding_dots_is_compared_as_one_label() {
+        let zones = InternalZones::new(&dns(&["web"], &["svc.cluster.local"]));
+        let dotted = Name::from_labels([&b"x.svc.cluster.local"[..]]).unwrap();
+        assert!(!zones.contains(&dotted));
+        let dotted_under = Name::from_labels([&b"x.svc"[..], b"cluster", b"local"]).unwrap();
+        assert!(!zones.contains(&dotted_under));
+        assert!(!is_host_name(&dotted));
+    }
+
+    #[test]
+    fn configured_internal_names_must_be_host_names() {
+        assert!(internal_name("svc.cluster.local").is_some());
+        assert!(internal_name(".af-env.internal.").is_some());
+        for bad in ["", ".", "a b", "a..b", "web/x"] {
+            assert!(internal_name(bad).is_none(), "{bad:?}");
         }
     }
 }

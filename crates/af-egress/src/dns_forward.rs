@@ -6,9 +6,11 @@
 //!
 //! Identical queries in flight at the same time are sent once, and the one answer goes to every
 //! client that asked, as dnsmasq and unbound do: when sixty replicas look up `db` at the same
-//! moment, the platform's resolver sees one query. "Identical" is strict: every byte after the id
-//! (flags, question, EDNS options) must match, so clients that ask differently — another case,
-//! another EDNS cookie — are forwarded separately and each gets the answer to its own question.
+//! moment, the platform's resolver sees one query. The queries here are the responder's rebuilt
+//! ones ([`crate::dns_wire::Question::forwarded_query`]), and "identical" is strict: every byte
+//! after the id (the question, with its case, and whether EDNS is asked for) must match, so
+//! clients that ask differently are forwarded separately and each gets the answer to its own
+//! question.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -102,8 +104,9 @@ impl ForwardTable {
         None
     }
 
-    /// Decides what becomes of `query` from `client`, received at `now`.
-    pub fn forward(&mut self, query: &[u8], client: SocketAddr, now: Instant) -> Forward {
+    /// Decides what becomes of `query` (to be sent, under the client's id) from `client`,
+    /// received at `now`.
+    pub fn forward(&mut self, query: Vec<u8>, client: SocketAddr, now: Instant) -> Forward {
         if query.len() < 12 {
             return Forward::Dropped;
         }
@@ -134,13 +137,13 @@ impl ForwardTable {
         let Some(id) = self.free_id() else {
             return Forward::Dropped;
         };
-        let mut sent = query.to_vec();
-        sent[..2].copy_from_slice(&id.to_be_bytes());
         let joinable = key.len() <= MAX_JOINABLE;
         if joinable {
             // A full entry's key moves to this one, so the next identical query joins here.
             self.joinable.insert(key.into(), id);
         }
+        let mut sent = query;
+        sent[..2].copy_from_slice(&id.to_be_bytes());
         self.serial += 1;
         self.expiry.push_back((now + self.timeout, id, self.serial));
         if self.expiry.len() > 2 * MAX_IN_FLIGHT {
@@ -272,7 +275,7 @@ mod tests {
         let mut table = ForwardTable::new(TIMEOUT, 42);
         let now = Instant::now();
         let query = build_query(0x1234, "db", TYPE_A);
-        let forward = table.forward(&query, client(1), now);
+        let forward = table.forward(query.clone(), client(1), now);
         let Forward::Send(sent) = &forward else {
             panic!("{forward:?}")
         };
@@ -295,7 +298,7 @@ mod tests {
     fn an_answer_to_another_question_under_the_id_goes_to_nobody_and_the_query_waits_on() {
         let mut table = ForwardTable::new(TIMEOUT, 31);
         let now = Instant::now();
-        let id = sent_id(&table.forward(&build_query(0x0101, "db", TYPE_A), client(1), now));
+        let id = sent_id(&table.forward(build_query(0x0101, "db", TYPE_A), client(1), now));
         let mut replies = Vec::new();
         for forged in [
             answer_with(id, "evil", TYPE_A),
@@ -315,13 +318,13 @@ mod tests {
     fn identical_queries_in_flight_are_sent_once_and_answered_to_every_client() {
         let mut table = ForwardTable::new(TIMEOUT, 7);
         let now = Instant::now();
-        let first = table.forward(&build_query(1, "db", TYPE_A), client(1), now);
+        let first = table.forward(build_query(1, "db", TYPE_A), client(1), now);
         assert_eq!(
-            table.forward(&build_query(2, "db", TYPE_A), client(2), now),
+            table.forward(build_query(2, "db", TYPE_A), client(2), now),
             Forward::Joined
         );
         assert_eq!(
-            table.forward(&build_query(1, "db", TYPE_A), client(3), now),
+            table.forward(build_query(1, "db", TYPE_A), client(3), now),
             Forward::Joined,
             "the same id from another client is another client"
         );
@@ -342,7 +345,7 @@ mod tests {
         );
         // Once answered, the same question is forwarded afresh.
         assert!(matches!(
-            table.forward(&build_query(4, "db", TYPE_A), client(1), now),
+            table.forward(build_query(4, "db", TYPE_A), client(1), now),
             Forward::Send(_)
         ));
     }
@@ -362,7 +365,10 @@ mod tests {
             no_recursion,
         ] {
             assert!(
-                matches!(table.forward(&query, client(1), now), Forward::Send(_)),
+                matches!(
+                    table.forward(query.clone(), client(1), now),
+                    Forward::Send(_)
+                ),
                 "{query:?}"
             );
         }
@@ -374,8 +380,8 @@ mod tests {
         let mut table = ForwardTable::new(TIMEOUT, 11);
         let now = Instant::now();
         let query = build_query(5, "db", TYPE_A);
-        let first = table.forward(&query, client(1), now);
-        let again = table.forward(&query, client(1), now + Duration::from_secs(1));
+        let first = table.forward(query.clone(), client(1), now);
+        let again = table.forward(query.clone(), client(1), now + Duration::from_secs(1));
         assert_eq!(first, again);
         let mut replies = Vec::new();
         table.answer(&answer_to(sent_id(&first)), &mut replies);
@@ -387,13 +393,13 @@ mod tests {
         let mut table = ForwardTable::new(TIMEOUT, 13);
         let now = Instant::now();
         let query = |id| build_query(id, "db", TYPE_A);
-        let first = sent_id(&table.forward(&query(0), client(0), now));
+        let first = sent_id(&table.forward(query(0), client(0), now));
         for n in 1..MAX_WAITERS as u16 {
-            assert_eq!(table.forward(&query(n), client(1), now), Forward::Joined);
+            assert_eq!(table.forward(query(n), client(1), now), Forward::Joined);
         }
-        let second = sent_id(&table.forward(&query(1000), client(2), now));
+        let second = sent_id(&table.forward(query(1000), client(2), now));
         assert_ne!(first, second);
-        assert_eq!(table.forward(&query(1001), client(3), now), Forward::Joined);
+        assert_eq!(table.forward(query(1001), client(3), now), Forward::Joined);
         let mut replies = Vec::new();
         table.answer(&answer_to(first), &mut replies);
         assert_eq!(replies.len(), MAX_WAITERS);
@@ -406,9 +412,9 @@ mod tests {
     fn entries_expire_after_the_timeout_and_free_their_ids() {
         let mut table = ForwardTable::new(TIMEOUT, 17);
         let now = Instant::now();
-        let first = sent_id(&table.forward(&build_query(1, "db", TYPE_A), client(1), now));
+        let first = sent_id(&table.forward(build_query(1, "db", TYPE_A), client(1), now));
         let later = now + TIMEOUT + Duration::from_millis(1);
-        let second = table.forward(&build_query(2, "db", TYPE_A), client(2), later);
+        let second = table.forward(build_query(2, "db", TYPE_A), client(2), later);
         assert!(
             matches!(second, Forward::Send(_)),
             "an expired query is not joined"
@@ -426,7 +432,7 @@ mod tests {
         let mut dropped = 0;
         for n in 0..MAX_IN_FLIGHT + 10 {
             let query = build_query(1, &format!("n{n}"), TYPE_A);
-            if table.forward(&query, client(1), now) == Forward::Dropped {
+            if table.forward(query.clone(), client(1), now) == Forward::Dropped {
                 dropped += 1;
             }
         }
@@ -443,7 +449,7 @@ mod tests {
         let mut replies = Vec::new();
         for n in 0..10 * MAX_IN_FLIGHT {
             let name = format!("n{n}");
-            let forward = table.forward(&build_query(1, &name, TYPE_A), client(1), now);
+            let forward = table.forward(build_query(1, &name, TYPE_A), client(1), now);
             table.answer(&answer_with(sent_id(&forward), &name, TYPE_A), &mut replies);
         }
         assert_eq!(replies.len(), 10 * MAX_IN_FLIGHT);
@@ -459,12 +465,11 @@ mod tests {
     fn a_query_that_cannot_be_sent_is_answered_servfail_to_every_client_at_once() {
         let mut table = ForwardTable::new(TIMEOUT, 23);
         let now = Instant::now();
-        let Forward::Send(sent) =
-            table.forward(&build_query(0x4242, "web", TYPE_A), client(1), now)
+        let Forward::Send(sent) = table.forward(build_query(0x4242, "web", TYPE_A), client(1), now)
         else {
             panic!("expected a send")
         };
-        table.forward(&build_query(0x0707, "web", TYPE_A), client(2), now);
+        table.forward(build_query(0x0707, "web", TYPE_A), client(2), now);
         let mut replies = Vec::new();
         table.give_up(&sent, &mut replies);
         assert_eq!(replies.len(), 2);

@@ -1,8 +1,13 @@
-//! The DNS wire format, as far as the responder needs it: read a query's question, and write the
-//! answers it gives itself (A/AAAA with the sidecar's address, REFUSED, FORMERR). Forwarded
-//! queries travel as the client's own bytes and are never re-encoded.
+//! The DNS wire format, as far as the responder needs it: read a query's question (its name with
+//! hickory-proto, so that it is a sequence of labels, never joined text), write the answers the
+//! responder gives itself (A/AAAA with the sidecar's address, REFUSED, FORMERR), and write the
+//! query it forwards — rebuilt from the question alone, so nothing else a client put in its query
+//! reaches the platform's resolver.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
+
+use hickory_proto::rr::Name;
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
 
 pub const TYPE_A: u16 = 1;
 pub const TYPE_AAAA: u16 = 28;
@@ -13,14 +18,18 @@ pub const RCODE_FORMERR: u8 = 1;
 pub const RCODE_SERVFAIL: u8 = 2;
 pub const RCODE_REFUSED: u8 = 5;
 
+/// The flags of every query the responder forwards: a standard query, recursion desired.
+const FORWARDED_FLAGS: u16 = 0x0100;
+
 /// A query with exactly one question, as the responder reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Question {
     pub id: u16,
     /// The header's flags word, of which the opcode and RD bits are echoed.
     flags: u16,
-    /// Lower case, without the trailing dot; empty for the root.
-    pub name: String,
+    /// The name asked about, label by label (compare it with [`Name`]'s case-insensitive
+    /// comparisons, never as text: a label may hold dots).
+    pub name: Name,
     pub qtype: u16,
     pub qclass: u16,
     /// The question section's bytes, echoed verbatim in answers.
@@ -91,26 +100,14 @@ pub fn read_query(bytes: &[u8]) -> Result<Question, Unreadable> {
             "a query must carry exactly one question and no answers",
         ));
     }
-    let mut at = 12;
-    let mut labels: Vec<String> = Vec::new();
-    loop {
-        let len = usize::from(*bytes.get(at).ok_or(bad("name runs past the end"))?);
-        at += 1;
-        if len == 0 {
-            break;
-        }
-        if len > 63 {
-            return Err(bad("compressed or oversized label in the question"));
-        }
-        let label = bytes
-            .get(at..at + len)
-            .ok_or(bad("name runs past the end"))?;
-        labels.push(String::from_utf8_lossy(label).to_ascii_lowercase());
-        at += len;
-        if at - 12 > 255 {
-            return Err(bad("name longer than 255 bytes"));
-        }
+    // Names in a query are written whole (no stub resolver compresses its question), which also
+    // makes the question's bytes echoable verbatim in an answer.
+    let at = question_end(bytes).ok_or(bad("a question that is cut short, or compressed"))? - 4;
+    if at - 12 > 255 {
+        return Err(bad("name longer than 255 bytes"));
     }
+    let name =
+        Name::read(&mut BinDecoder::new(&bytes[12..at])).map_err(|_| bad("name unreadable"))?;
     let qtype = u16_at(bytes, at).ok_or(bad("question runs past the end"))?;
     let qclass = u16_at(bytes, at + 2).ok_or(bad("question runs past the end"))?;
     let question_end = at + 4;
@@ -121,7 +118,7 @@ pub fn read_query(bytes: &[u8]) -> Result<Question, Unreadable> {
     Ok(Question {
         id,
         flags,
-        name: labels.join("."),
+        name,
         qtype,
         qclass,
         question_bytes: bytes[12..question_end].to_vec(),
@@ -129,7 +126,46 @@ pub fn read_query(bytes: &[u8]) -> Result<Question, Unreadable> {
     })
 }
 
+/// Whether every label of `name` is a host name's: letters, digits and hyphens (LDH), and `_`,
+/// which service names use (`_http._tcp`). Anything else — a label holding a dot, a space, any
+/// byte a host name cannot have — is a name no platform serves, and text that could be carried
+/// out through a resolver. Lengths are the wire format's (63 per label, 255 in all), enforced as
+/// the name is read.
+pub fn is_host_name(name: &Name) -> bool {
+    name.iter().all(|label| {
+        !label.is_empty()
+            && label
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+    })
+}
+
 impl Question {
+    /// The name as text for the decision log: dots inside a label, and bytes no host name has,
+    /// escaped (`a\.b`, `\255`); no trailing dot.
+    pub fn name_text(&self) -> String {
+        let mut text = self.name.to_lowercase().to_ascii();
+        if text.len() > 1 {
+            text.pop();
+        }
+        text
+    }
+
+    /// The query sent to the platform's resolver for this question, under the client's id: a
+    /// header of the responder's own (a standard query asking for recursion), the one question,
+    /// and an EDNS OPT record of the responder's own (UDP payload 1232, no options) when the
+    /// client sent one. Nothing else of the client's query — its other flags, its other records,
+    /// its EDNS options, bytes past its end — is sent on.
+    pub fn forwarded_query(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(12 + self.question_bytes.len() + 11);
+        out.extend_from_slice(&self.id.to_be_bytes());
+        out.extend_from_slice(&FORWARDED_FLAGS.to_be_bytes());
+        out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, u8::from(self.edns)]);
+        // The question as read: a name written whole (checked as it was read), type and class.
+        out.extend_from_slice(&self.question_bytes);
+        self.finish(out)
+    }
+
     pub fn is_address_query(&self) -> bool {
         self.qclass == CLASS_IN && (self.qtype == TYPE_A || self.qtype == TYPE_AAAA)
     }
@@ -286,9 +322,10 @@ mod tests {
         let query = build_query(0x1234, "API.Example.com.", TYPE_A);
         let q = read_query(&query).unwrap();
         assert_eq!(
-            (q.id, q.name.as_str(), q.qtype),
+            (q.id, q.name_text().as_str(), q.qtype),
             (0x1234, "api.example.com", TYPE_A)
         );
+        assert_eq!(q.name, Name::from_ascii("api.example.com.").unwrap());
         assert!(q.is_address_query());
         let answer = q.address_response(Some(Ipv4Addr::new(10, 0, 0, 2)), None, 5);
         let (rcode, addresses) = read_response_addresses(&answer).unwrap();
@@ -362,7 +399,64 @@ mod tests {
         assert_eq!(question_end(&query[..12]), None, "no question at all");
     }
 
+    /// Any name of any labels (any bytes, up to the wire's limits), asked as a query.
+    fn query_strategy() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let label = proptest::collection::vec(any::<u8>(), 1..20);
+        (
+            proptest::collection::vec(label, 0..8),
+            any::<u16>(),
+            any::<bool>(),
+        )
+            .prop_map(|(labels, qtype, edns)| {
+                let mut query = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)];
+                for label in &labels {
+                    query.push(label.len() as u8);
+                    query.extend_from_slice(label);
+                }
+                query.push(0);
+                query.extend_from_slice(&qtype.to_be_bytes());
+                query.extend_from_slice(&CLASS_IN.to_be_bytes());
+                if edns {
+                    // An OPT record with an option the forwarded query must not carry.
+                    query.extend_from_slice(&[
+                        0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 6, 0xfd, 0xe9, 0, 2, 7, 7,
+                    ]);
+                }
+                query
+            })
+    }
+
     proptest::proptest! {
+        /// The responder reads a question as hickory-proto does (name label by label, type), and
+        /// the query it forwards is one hickory reads as exactly that question and nothing else.
+        #[test]
+        fn questions_read_as_hickory_reads_them(query in query_strategy()) {
+            let theirs = hickory_proto::op::Message::from_vec(&query);
+            match read_query(&query) {
+                Ok(ours) => {
+                    let theirs = theirs.expect("hickory reads what the responder reads");
+                    let asked = &theirs.queries[0];
+                    proptest::prop_assert!(ours.name.eq_case(asked.name()));
+                    proptest::prop_assert_eq!(ours.qtype, u16::from(asked.query_type()));
+                    let forwarded = hickory_proto::op::Message::from_vec(&ours.forwarded_query())
+                        .expect("the forwarded query is a DNS message");
+                    proptest::prop_assert_eq!(forwarded.queries.len(), 1);
+                    proptest::prop_assert!(forwarded.queries[0].name().eq_case(asked.name()));
+                    proptest::prop_assert!(forwarded.answers.is_empty() && forwarded.authorities.is_empty());
+                    proptest::prop_assert!(forwarded.additionals.is_empty());
+                    let edns = forwarded.edns.as_ref();
+                    proptest::prop_assert_eq!(edns.is_some(), theirs.edns.is_some());
+                    proptest::prop_assert!(edns.is_none_or(|e| e.options().as_ref().is_empty()));
+                }
+                // Only a name too long for the wire is refused here and read there.
+                Err(why) => proptest::prop_assert!(
+                    theirs.is_err() || query.len() > 255 + 12 + 4,
+                    "{why:?}"
+                ),
+            }
+        }
+
         #[test]
         fn never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
             let _ = question_end(&bytes);

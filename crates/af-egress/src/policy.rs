@@ -78,6 +78,8 @@ pub enum DenyReason {
     ClientHelloTimeout,
     /// A DNS query type the responder never answers for outside names.
     DnsQueryType,
+    /// A DNS name with a label that is not a host name's (letters, digits, `-`, `_`).
+    DnsNameNotHostName,
     /// Outbound mail, with mail capture off.
     Mail,
 }
@@ -96,6 +98,7 @@ impl fmt::Display for DenyReason {
             DenyReason::NoServerName => f.write_str("no-server-name"),
             DenyReason::ClientHelloTimeout => f.write_str("client-hello-timeout"),
             DenyReason::DnsQueryType => f.write_str("dns-query-type"),
+            DenyReason::DnsNameNotHostName => f.write_str("dns-name-not-ldh"),
             DenyReason::Mail => f.write_str("mail-denied"),
         }
     }

@@ -256,6 +256,9 @@ fn next_step(reason: &DenyReason) -> &'static str {
         DenyReason::DnsQueryType => {
             "outside names are answered for A and AAAA only; DNS is not a way out"
         }
+        DenyReason::DnsNameNotHostName => {
+            "ask for host names only: labels of letters, digits, `-` and `_`"
+        }
         DenyReason::Mail => "to capture outbound mail, set `egress.mail: capture`",
     }
 }

@@ -493,3 +493,126 @@ fn e21_host_header_fronting_is_refused() {
 fn status(answer: &str) -> &str {
     answer.split(' ').nth(1).unwrap_or("")
 }
+
+/// A query for `labels` (each written as one label, dots and all) of type `qtype`, id 0x5151.
+fn query_of_labels(labels: &[&[u8]], qtype: u16) -> Vec<u8> {
+    let mut query = vec![0x51, 0x51, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in labels {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label);
+    }
+    query.push(0);
+    query.extend_from_slice(&qtype.to_be_bytes());
+    query.extend_from_slice(&[0, 1]);
+    query
+}
+
+/// Sends `query` to the sidecar's responder over UDP; its answer's rcode, if one comes in 1 s.
+async fn ask_responder(query: &[u8]) -> Option<u8> {
+    let socket = tokio::net::UdpSocket::bind("0.0.0.0:0").await.unwrap();
+    socket.send_to(query, addr(SIDECAR, 53)).await.unwrap();
+    let mut buf = [0u8; 4096];
+    let (n, _) = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        socket.recv_from(&mut buf),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    (n >= 4).then(|| buf[3] & 0x0f)
+}
+
+/// E22: DNS names are compared label by label. One label that itself holds dots (`x.svc.cluster.
+/// local` as a single label of 19 bytes) read as text looks like a name under the internal
+/// suffix, and would be forwarded to the platform's resolver, which sends it on towards the
+/// internet: a DNS tunnel, for any query type. Judged at the platform's resolver: nothing but the
+/// positive control reaches it, and each refusal is in the decision log.
+#[test]
+fn e22_a_label_with_dots_is_not_an_internal_name() {
+    in_private_network(|| async {
+        let resolver_saw = platform_dns_bytes(addr(PLATFORM_DNS, 53)).await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+
+        let honest = query_of_labels(&[b"x", b"svc", b"cluster", b"local"], 16);
+        assert_eq!(
+            ask_responder(&honest).await,
+            Some(0),
+            "positive control: forwarded, answered"
+        );
+        assert_eq!(
+            resolver_saw.lock().unwrap().len(),
+            1,
+            "positive control reached the resolver"
+        );
+
+        for (labels, qtype) in [
+            (&[&b"exfil-c2VjcmV0.svc.cluster.local"[..]][..], 16u16),
+            (&[&b"x.svc.cluster"[..], b"local"][..], 1),
+            (&[&b"tunnel data"[..], b"svc", b"cluster", b"local"][..], 1),
+            (&[&b"\xff\x00bin"[..], b"svc", b"cluster", b"local"][..], 1),
+            (&[&b"web.evil.example"[..]][..], 1),
+        ] {
+            let query = query_of_labels(labels, qtype);
+            let rcode = ask_responder(&query).await;
+            assert_eq!(rcode, Some(5), "{labels:?} must be REFUSED");
+        }
+        assert_eq!(
+            resolver_saw.lock().unwrap().len(),
+            1,
+            "nothing but the positive control reached the platform's resolver"
+        );
+        let refused = decisions("?verdict=deny").await;
+        assert_eq!(refused.len(), 5, "{refused:?}");
+        assert!(
+            refused.iter().all(|r| r["rule"] == "dns-name-not-ldh"),
+            "{refused:?}"
+        );
+    });
+}
+
+/// E23: a forwarded query is rebuilt from its question alone. Whatever a workload appends to a
+/// query for an internal name — records in the additional or authority section, EDNS options, bytes
+/// past the end — must not reach the platform's resolver (it is a channel to the resolver and
+/// whatever it forwards to). Judged at the resolver: the bytes it received hold none of it.
+#[test]
+fn e23_forwarded_queries_carry_nothing_the_workload_appended() {
+    in_private_network(|| async {
+        let resolver_saw = platform_dns_bytes(addr(PLATFORM_DNS, 53)).await;
+        let _sidecar = start_sidecar(POLICY, "").await;
+
+        const SECRET: &[u8] = b"SECRET-PAYLOAD";
+        let mut carrying = query_of_labels(&[b"web"], 1);
+        carrying[11] = 2; // two additional records
+        // A TXT record holding the payload, compressed to the question's name.
+        carrying.extend_from_slice(&[0xc0, 0x0c, 0, 16, 0, 1, 0, 0, 0, 0, 0, 15, 14]);
+        carrying.extend_from_slice(SECRET);
+        // An OPT record with an option holding the payload too.
+        carrying.extend_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 18, 0xfd, 0xe9, 0, 14]);
+        carrying.extend_from_slice(SECRET);
+        carrying.extend_from_slice(b"trailing SECRET-PAYLOAD bytes");
+        let mut in_authority = query_of_labels(&[b"web"], 28);
+        in_authority[9] = 1;
+        in_authority.extend_from_slice(&[0xc0, 0x0c, 0, 16, 0, 1, 0, 0, 0, 0, 0, 15, 14]);
+        in_authority.extend_from_slice(SECRET);
+
+        for query in [&carrying, &in_authority] {
+            ask_responder(query).await;
+        }
+        let received = resolver_saw.lock().unwrap().clone();
+        assert!(
+            !received.is_empty(),
+            "positive control: the internal name was forwarded"
+        );
+        for datagram in &received {
+            assert!(
+                !datagram.windows(SECRET.len()).any(|w| w == SECRET),
+                "the resolver received the workload's payload: {datagram:?}"
+            );
+            assert_eq!(
+                datagram[4..10],
+                [0, 1, 0, 0, 0, 0],
+                "one question, no answer or authority records: {datagram:?}"
+            );
+        }
+    });
+}

@@ -271,26 +271,47 @@ pub async fn tcp_origin(at: SocketAddr) -> Seen {
 
 /// A stand-in for the platform's resolver: answers every A query with SERVICE, recording names.
 pub async fn platform_dns(at: SocketAddr) -> Seen {
-    let socket = UdpSocket::bind(at).await.unwrap();
     let seen: Seen = Arc::default();
     let record = seen.clone();
+    platform_dns_recording(at, move |query| {
+        record.lock().unwrap().push(query_name(query))
+    })
+    .await;
+    seen
+}
+
+/// Datagrams as they arrived.
+pub type Received = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// The platform's resolver stand-in of [`platform_dns`], recording every query byte for byte.
+pub async fn platform_dns_bytes(at: SocketAddr) -> Received {
+    let seen: Received = Arc::default();
+    let record = seen.clone();
+    platform_dns_recording(at, move |query| record.lock().unwrap().push(query.to_vec())).await;
+    seen
+}
+
+async fn platform_dns_recording(at: SocketAddr, record: impl Fn(&[u8]) + Send + 'static) {
+    let socket = UdpSocket::bind(at).await.unwrap();
     tokio::spawn(async move {
         let mut buf = vec![0u8; 4096];
         loop {
             let Ok((n, from)) = socket.recv_from(&mut buf).await else {
                 return;
             };
-            let name = query_name(&buf[..n]);
-            record.lock().unwrap().push(name);
-            let mut reply = buf[..n].to_vec();
+            record(&buf[..n]);
+            let Some(end) = af_egress::dns_wire::question_end(&buf[..n]) else {
+                continue;
+            };
+            // The question as asked, one answer: SERVICE.
+            let mut reply = buf[..end].to_vec();
             reply[2] |= 0x80;
-            reply[7] = 1; // one answer
+            reply[6..12].copy_from_slice(&[0, 1, 0, 0, 0, 0]);
             reply.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4]);
             reply.extend_from_slice(&SERVICE.parse::<std::net::Ipv4Addr>().unwrap().octets());
             let _ = socket.send_to(&reply, from).await;
         }
     });
-    seen
 }
 
 fn query_name(bytes: &[u8]) -> String {
