@@ -156,8 +156,12 @@ impl Default for InboxConfig {
 pub struct ResolverConfig {
     /// Fixed answers, consulted first (a name → its addresses).
     pub static_hosts: BTreeMap<String, Vec<IpAddr>>,
-    /// How long a nameserver's answer is reused, seconds.
-    pub cache_seconds: u64,
+    /// A nameserver's answer is kept for its TTL, but at least this long, seconds.
+    pub cache_min_ttl_seconds: u64,
+    /// ... and at most this long, seconds.
+    pub cache_max_ttl_seconds: u64,
+    /// Names kept at most (each a few hundred bytes).
+    pub cache_entries: usize,
     /// The platform's resolvers for the sidecar's own lookups; default: those of /etc/resolv.conf.
     pub nameservers: Vec<SocketAddr>,
 }
@@ -166,7 +170,9 @@ impl Default for ResolverConfig {
     fn default() -> Self {
         ResolverConfig {
             static_hosts: BTreeMap::new(),
-            cache_seconds: 30,
+            cache_min_ttl_seconds: 5,
+            cache_max_ttl_seconds: 300,
+            cache_entries: 1024,
             nameservers: Vec::new(),
         }
     }
@@ -436,6 +442,13 @@ impl SidecarConfig {
                 tokio::sync::Semaphore::MAX_PERMITS
             ));
         }
+        let resolver = &self.resolver;
+        if resolver.cache_min_ttl_seconds > resolver.cache_max_ttl_seconds {
+            problems.push(format!(
+                "resolver.cache_min_ttl_seconds ({}) is above resolver.cache_max_ttl_seconds ({}); the floor must be at most the ceiling",
+                resolver.cache_min_ttl_seconds, resolver.cache_max_ttl_seconds
+            ));
+        }
         if self.limits.worker_threads == 0 {
             problems.push(
                 "limits.worker_threads is 0; the sidecar needs at least one thread to serve"
@@ -579,6 +592,24 @@ mod tests {
         refuses(
             "limits: {max_connections: 0}\n",
             "limits.max_connections is 0",
+        );
+    }
+
+    #[test]
+    fn the_resolver_cache_keeps_answers_for_their_ttl_between_a_floor_and_a_ceiling() {
+        let loaded = parse_config(MINIMAL, Path::new(".")).unwrap();
+        let resolver = &loaded.config.resolver;
+        assert_eq!(
+            (
+                resolver.cache_min_ttl_seconds,
+                resolver.cache_max_ttl_seconds,
+                resolver.cache_entries
+            ),
+            (5, 300, 1024)
+        );
+        refuses(
+            "resolver: {cache_min_ttl_seconds: 60, cache_max_ttl_seconds: 30}\n",
+            "resolver.cache_min_ttl_seconds (60) is above resolver.cache_max_ttl_seconds (30)",
         );
     }
 

@@ -34,11 +34,12 @@ pub struct Shared {
     pub admissions: Arc<tokio::sync::Semaphore>,
 }
 
-/// The bytes workloads make the sidecar hold now, for `/metrics`.
+/// What workloads make the sidecar hold now, for `/metrics`: bytes, and names it resolved.
 #[derive(Debug)]
 pub struct InFlight {
     pub mail: usize,
     pub capture: usize,
+    pub resolver_cache_entries: usize,
 }
 
 impl Shared {
@@ -46,6 +47,7 @@ impl Shared {
         InFlight {
             mail: self.mail_budget.in_use(),
             capture: self.capture_budget.in_use(),
+            resolver_cache_entries: self.resolver.cached_names(),
         }
     }
 }

@@ -144,7 +144,8 @@ pub async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, dns: Arc<DnsConfi
         None => Vec::new(),
     };
     let zones = InternalZones::new(&dns);
-    let mut table = ForwardTable::new(shared.limits.dns_forward_timeout(), id_seed());
+    let ids = rand::make_rng::<rand::rngs::StdRng>();
+    let mut table = ForwardTable::new(shared.limits.dns_forward_timeout(), ids);
     let mut inbound = Inbound::default();
     let mut replies: Vec<Datagram> = Vec::with_capacity(BATCH);
     let mut forwards: Vec<Vec<Datagram>> = (0..RESOLVER_SOCKETS)
@@ -254,14 +255,6 @@ async fn open_resolver_sockets(upstream: SocketAddr) -> std::io::Result<Vec<UdpS
         sockets.push(socket);
     }
     Ok(sockets)
-}
-
-/// A seed for the forwarded queries' ids, different in every sidecar.
-fn id_seed() -> u64 {
-    let time = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64);
-    time ^ u64::from(std::process::id()).rotate_left(32)
 }
 
 /// Serves DNS over TCP on `listener` for ever.

@@ -1,8 +1,10 @@
 //! Which forwarded DNS queries are in flight to the platform's resolver, and whom each answer is
 //! for. Decisions only: the responder's event loop does the sending (`dns.rs`).
 //!
-//! Each forwarded query gets an unpredictable id of the sidecar's own, so an answer cannot be
-//! forged by guessing a client's id; the answer goes back with the client's id restored.
+//! Each forwarded query gets an unpredictable id of the sidecar's own, drawn from a CSPRNG
+//! (ChaCha12, seeded from the system), so an answer cannot be forged by guessing a client's id or
+//! by predicting the next id from the ones seen; the answer goes back with the client's id
+//! restored.
 //!
 //! Identical queries in flight at the same time are sent once, and the one answer goes to every
 //! client that asked, as dnsmasq and unbound do: when sixty replicas look up `db` at the same
@@ -15,6 +17,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+use rand::RngExt;
+use rand::rngs::StdRng;
 
 use crate::dns_wire::{RCODE_SERVFAIL, question_end, read_query};
 use crate::udp_batch::Datagram;
@@ -67,36 +72,28 @@ pub struct ForwardTable {
     /// behind; `serial` tells them apart.
     expiry: VecDeque<(Instant, u16, u64)>,
     serial: u64,
-    ids: u64,
+    ids: StdRng,
     timeout: Duration,
 }
 
 impl ForwardTable {
     /// A table whose entries are forgotten `timeout` after they were sent (their clients have
-    /// given up by then), drawing ids from `seed`.
-    pub fn new(timeout: Duration, seed: u64) -> ForwardTable {
+    /// given up by then), drawing ids from `ids`.
+    pub fn new(timeout: Duration, ids: StdRng) -> ForwardTable {
         ForwardTable {
             in_flight: HashMap::new(),
             joinable: HashMap::new(),
             expiry: VecDeque::new(),
             serial: 0,
-            ids: seed | 1,
+            ids,
             timeout,
         }
-    }
-
-    /// The next id: xorshift, so an observer of one id cannot predict the next.
-    fn next_id(&mut self) -> u16 {
-        self.ids ^= self.ids << 13;
-        self.ids ^= self.ids >> 7;
-        self.ids ^= self.ids << 17;
-        (self.ids >> 16) as u16
     }
 
     /// An unused id, or `None` after [`ID_TRIES`] used ones.
     fn free_id(&mut self) -> Option<u16> {
         for _ in 0..ID_TRIES {
-            let id = self.next_id();
+            let id: u16 = self.ids.random();
             if !self.in_flight.contains_key(&id) {
                 return Some(id);
             }
@@ -248,6 +245,10 @@ mod tests {
 
     const TIMEOUT: Duration = Duration::from_secs(2);
 
+    fn seeded(seed: u64) -> StdRng {
+        rand::SeedableRng::seed_from_u64(seed)
+    }
+
     fn client(n: u8) -> SocketAddr {
         SocketAddr::from(([10, 99, 0, n], 40000))
     }
@@ -272,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_forwarded_query_gets_an_id_of_its_own_and_its_answer_the_clients_id_back() {
-        let mut table = ForwardTable::new(TIMEOUT, 42);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(42));
         let now = Instant::now();
         let query = build_query(0x1234, "db", TYPE_A);
         let forward = table.forward(query.clone(), client(1), now);
@@ -296,7 +297,7 @@ mod tests {
 
     #[test]
     fn an_answer_to_another_question_under_the_id_goes_to_nobody_and_the_query_waits_on() {
-        let mut table = ForwardTable::new(TIMEOUT, 31);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(31));
         let now = Instant::now();
         let id = sent_id(&table.forward(build_query(0x0101, "db", TYPE_A), client(1), now));
         let mut replies = Vec::new();
@@ -316,7 +317,7 @@ mod tests {
 
     #[test]
     fn identical_queries_in_flight_are_sent_once_and_answered_to_every_client() {
-        let mut table = ForwardTable::new(TIMEOUT, 7);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(7));
         let now = Instant::now();
         let first = table.forward(build_query(1, "db", TYPE_A), client(1), now);
         assert_eq!(
@@ -352,7 +353,7 @@ mod tests {
 
     #[test]
     fn queries_that_differ_in_any_byte_are_forwarded_separately() {
-        let mut table = ForwardTable::new(TIMEOUT, 9);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(9));
         let now = Instant::now();
         let a = build_query(1, "db", TYPE_A);
         let mut no_recursion = a.clone();
@@ -377,7 +378,7 @@ mod tests {
 
     #[test]
     fn a_client_asking_again_has_the_query_sent_again_under_the_same_id() {
-        let mut table = ForwardTable::new(TIMEOUT, 11);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(11));
         let now = Instant::now();
         let query = build_query(5, "db", TYPE_A);
         let first = table.forward(query.clone(), client(1), now);
@@ -390,7 +391,7 @@ mod tests {
 
     #[test]
     fn a_full_entry_starts_another_and_later_queries_join_that_one() {
-        let mut table = ForwardTable::new(TIMEOUT, 13);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(13));
         let now = Instant::now();
         let query = |id| build_query(id, "db", TYPE_A);
         let first = sent_id(&table.forward(query(0), client(0), now));
@@ -410,7 +411,7 @@ mod tests {
 
     #[test]
     fn entries_expire_after_the_timeout_and_free_their_ids() {
-        let mut table = ForwardTable::new(TIMEOUT, 17);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(17));
         let now = Instant::now();
         let first = sent_id(&table.forward(build_query(1, "db", TYPE_A), client(1), now));
         let later = now + TIMEOUT + Duration::from_millis(1);
@@ -427,7 +428,7 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded() {
-        let mut table = ForwardTable::new(TIMEOUT, 19);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(19));
         let now = Instant::now();
         let mut dropped = 0;
         for n in 0..MAX_IN_FLIGHT + 10 {
@@ -444,7 +445,7 @@ mod tests {
     /// Answered queries do not pile up in the expiry queue, whatever the rate.
     #[test]
     fn the_expiry_queue_is_bounded_under_a_steady_load() {
-        let mut table = ForwardTable::new(TIMEOUT, 29);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(29));
         let now = Instant::now();
         let mut replies = Vec::new();
         for n in 0..10 * MAX_IN_FLIGHT {
@@ -463,7 +464,7 @@ mod tests {
 
     #[test]
     fn a_query_that_cannot_be_sent_is_answered_servfail_to_every_client_at_once() {
-        let mut table = ForwardTable::new(TIMEOUT, 23);
+        let mut table = ForwardTable::new(TIMEOUT, seeded(23));
         let now = Instant::now();
         let Forward::Send(sent) = table.forward(build_query(0x4242, "web", TYPE_A), client(1), now)
         else {

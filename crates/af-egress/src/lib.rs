@@ -24,6 +24,7 @@ pub const PROCESS_ENVIRONMENT: &[(&str, &str)] = &[("GLIBC_TUNABLES", "glibc.mal
 
 mod accept;
 pub mod address;
+mod answer_cache;
 mod body;
 mod budget;
 mod chunked;

@@ -111,7 +111,8 @@ impl Metrics {
              # HELP af_egress_inbox_bytes Bytes the captured items held are counted as (bounded by inbox.max_bytes).\n# TYPE af_egress_inbox_bytes gauge\naf_egress_inbox_bytes {}\n\
              # HELP af_egress_inbox_dropped_total Captured items dropped, oldest first, to stay within inbox.max_entries and inbox.max_bytes.\n# TYPE af_egress_inbox_dropped_total counter\naf_egress_inbox_dropped_total {}\n\
              # HELP af_egress_mail_bytes_in_flight Bytes of mail being received now, across SMTP sessions (bounded by limits.max_mail_bytes_in_flight).\n# TYPE af_egress_mail_bytes_in_flight gauge\naf_egress_mail_bytes_in_flight {}\n\
-             # HELP af_egress_capture_bytes_in_flight Bytes of captured requests' bodies being read now (bounded by limits.max_capture_bytes_in_flight).\n# TYPE af_egress_capture_bytes_in_flight gauge\naf_egress_capture_bytes_in_flight {}\n",
+             # HELP af_egress_capture_bytes_in_flight Bytes of captured requests' bodies being read now (bounded by limits.max_capture_bytes_in_flight).\n# TYPE af_egress_capture_bytes_in_flight gauge\naf_egress_capture_bytes_in_flight {}\n\
+             # HELP af_egress_resolver_cache_entries Names the sidecar keeps its own lookups of (bounded by resolver.cache_entries).\n# TYPE af_egress_resolver_cache_entries gauge\naf_egress_resolver_cache_entries {}\n",
             get(&c.connections_open),
             get(&c.connections_total),
             get(&c.bytes_up),
@@ -127,6 +128,7 @@ impl Metrics {
             inbox.dropped(),
             in_flight.mail,
             in_flight.capture,
+            in_flight.resolver_cache_entries,
         );
         out
     }

@@ -1564,3 +1564,146 @@ async fn tls_exchange(
     let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut out)).await;
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
+
+/// A nameserver for the sidecar's own lookups, at PLATFORM_DNS:53 (UDP and TCP), counting the
+/// queries it gets. Every A question is answered with ORIGIN, after a record for another owner
+/// (`decoy.test`) pointing at SERVICE: a resolver that takes the first address it sees dials the
+/// decoy. Names starting `big.` are too big for UDP: the UDP answer is truncated and empty, the
+/// TCP one whole.
+async fn lookup_nameserver() -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use hickory_proto::op::{Message, MessageType};
+    use hickory_proto::rr::rdata::A;
+    use hickory_proto::rr::{Name, RData, Record, RecordType};
+    use std::sync::atomic::Ordering;
+    use tokio::io::AsyncReadExt;
+
+    fn answer(query: &[u8], over_udp: bool) -> Option<Vec<u8>> {
+        let asked = Message::from_vec(query).ok()?;
+        let question = asked.queries.first()?.clone();
+        let mut reply = Message::new(
+            asked.metadata.id,
+            MessageType::Response,
+            asked.metadata.op_code,
+        );
+        reply.add_query(question.clone());
+        let big = question.name().to_ascii().starts_with("big.");
+        if over_udp && big {
+            reply.metadata.truncation = true;
+        } else if question.query_type() == RecordType::A {
+            let decoy = Name::from_ascii("decoy.test.").unwrap();
+            let decoy_ip: std::net::Ipv4Addr = SERVICE.parse().unwrap();
+            let origin: std::net::Ipv4Addr = ORIGIN.parse().unwrap();
+            reply.add_answer(Record::from_rdata(decoy, 300, RData::A(A(decoy_ip))));
+            reply.add_answer(Record::from_rdata(
+                question.name().clone(),
+                300,
+                RData::A(A(origin)),
+            ));
+        }
+        reply.to_vec().ok()
+    }
+
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let udp = tokio::net::UdpSocket::bind(addr(PLATFORM_DNS, 53))
+        .await
+        .unwrap();
+    let tcp = tokio::net::TcpListener::bind(addr(PLATFORM_DNS, 53))
+        .await
+        .unwrap();
+    let counted = asked.clone();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        while let Ok((n, from)) = udp.recv_from(&mut buf).await {
+            counted.fetch_add(1, Ordering::Relaxed);
+            if let Some(reply) = answer(&buf[..n], true) {
+                let _ = udp.send_to(&reply, from).await;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = tcp.accept().await {
+            tokio::spawn(async move {
+                let Ok(len) = stream.read_u16().await else {
+                    return;
+                };
+                let mut query = vec![0u8; usize::from(len)];
+                if stream.read_exact(&mut query).await.is_err() {
+                    return;
+                }
+                if let Some(reply) = answer(&query, false) {
+                    let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
+                    framed.extend_from_slice(&reply);
+                    let _ = stream.write_all(&framed).await;
+                }
+            });
+        }
+    });
+    asked
+}
+
+/// The sidecar's own lookups of allowed names (hole 4 of issue 27): kept in a cache bounded by
+/// entries, however many names a workload invents under a wildcard rule; only records of the name
+/// asked count (a decoy record for another owner is not dialled); a truncated answer is asked
+/// again over TCP. Judged where the requests land: ORIGIN gets them all, the decoy (SERVICE, an
+/// address a rule allows too) none; the cache's size through `/metrics`.
+#[test]
+fn the_sidecars_own_lookups_are_bounded_checked_and_complete() {
+    in_private_network(|| async {
+        let asked = lookup_nameserver().await;
+        let origin_saw = http_origin(addr(ORIGIN, 80), "origin").await;
+        let decoy_saw = http_origin(addr(SERVICE, 80), "decoy").await;
+        let policy = POLICY.replace(
+            "    - 203.0.113.0/24",
+            "    - 203.0.113.0/24\n    - 10.99.0.7/32",
+        );
+        let _sidecar = start_sidecar_resolving(
+            &policy,
+            "",
+            &format!("  nameservers: [{PLATFORM_DNS}:53]\n  cache_entries: 20"),
+        )
+        .await;
+
+        let get = |host: String| async move {
+            exchange(
+                addr(SIDECAR, 3128),
+                format!("GET http://{host}/ HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await
+        };
+        let direct = get(SERVICE.to_string()).await;
+        assert!(
+            direct.ends_with("decoy saw /"),
+            "positive control: the sidecar may dial the decoy's address: {direct}"
+        );
+        const NAMES: usize = 100;
+        for n in 0..NAMES {
+            let answer = get(format!("n{n}.cdn.allowed.test")).await;
+            assert!(answer.ends_with("origin saw /"), "n{n}: {answer}");
+        }
+        assert_eq!(headers_of(&origin_saw).len(), NAMES);
+        assert_eq!(
+            headers_of(&decoy_saw).len(),
+            1,
+            "the decoy record was never dialled"
+        );
+        let held = metric("af_egress_resolver_cache_entries").await;
+        assert!((1..=20).contains(&held), "{held} names held, bound 20");
+
+        // Kept: the last name again costs the nameserver nothing.
+        let before = asked.load(std::sync::atomic::Ordering::Relaxed);
+        let again = get(format!("n{}.cdn.allowed.test", NAMES - 1)).await;
+        assert!(again.ends_with("origin saw /"), "{again}");
+        assert_eq!(
+            asked.load(std::sync::atomic::Ordering::Relaxed),
+            before,
+            "answered from the cache"
+        );
+
+        let big = get("big.cdn.allowed.test".to_string()).await;
+        assert!(
+            big.ends_with("origin saw /"),
+            "the truncated answer was asked again over TCP: {big}"
+        );
+    });
+}
