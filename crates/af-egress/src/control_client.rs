@@ -2,74 +2,93 @@
 //! the egress network (Docker), or a port-forward to its pod (Kubernetes). Plain HTTP/1.1 with the
 //! environment's bearer token; errors are sentences, for the runtime to wrap in its own.
 
+use std::time::Duration;
+
 use af_runtime::{DecisionQuery, DecisionRecord, InboxEntry, WebhookDelivery};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use http::{Method, Request, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// How long one request may take, from the handshake to the body's last byte: the control API
+/// answers from memory and from the decision log's file, well inside it.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One request over `stream`, answered whole: the status and the body. A status of 400 or more is
-/// an error carrying the body.
+/// an error carrying the body. HTTP/1.1 through hyper's client, bounded by [`REQUEST_TIMEOUT`].
 pub async fn request<S>(
-    mut stream: S,
+    stream: S,
     token: &str,
     method: &str,
     path: &str,
     body: &str,
 ) -> Result<(u16, String), String>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: sidecar\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream
-        .write_all(head.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(body.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut answer = Vec::new();
-    stream
-        .read_to_end(&mut answer)
-        .await
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| "no HTTP answer".to_string())?;
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| "no status".to_string())?;
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
+    request_within(stream, token, method, path, body, REQUEST_TIMEOUT).await
+}
+
+/// [`request`], bounded by `timeout`.
+pub async fn request_within<S>(
+    stream: S,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> Result<(u16, String), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let method = Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, "sidecar")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(bytes::Bytes::from(body.to_string())))
+        .map_err(|e| format!("building the request: {e}"))?;
+    let exchange = async {
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        let driving = tokio::spawn(connection);
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        // The whole body first, then text: a chunk boundary may fall inside a character.
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        driving.abort();
+        Ok::<_, String>((status, String::from_utf8_lossy(&bytes).into_owned()))
     };
+    let (status, body) = tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| format!("no answer within {} s", timeout.as_secs()))??;
     if status >= 400 {
         return Err(format!("{status}: {}", body.trim()));
     }
     Ok((status, body))
 }
 
-/// The payload of a chunked body.
-fn dechunk(body: &str) -> String {
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || after.len() < size {
-            break;
+/// `value` as a query value: every byte but the unreserved ones (RFC 3986 section 2.3)
+/// percent-encoded, so a host or a time cannot add parameters or end the path.
+fn query_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
         }
-        out.push_str(&after[..size]);
-        rest = after[size..].trim_start_matches("\r\n");
     }
     out
 }
@@ -87,10 +106,10 @@ pub fn decisions_path(query: &DecisionQuery) -> String {
         ));
     }
     if let Some(host) = &query.host {
-        parts.push(format!("host={host}"));
+        parts.push(format!("host={}", query_value(host)));
     }
     if let Some(since) = &query.since {
-        parts.push(format!("since={since}"));
+        parts.push(format!("since={}", query_value(since)));
     }
     if parts.is_empty() {
         "/v1/decisions".to_string()
@@ -121,12 +140,52 @@ pub fn read_delivery(body: &str) -> Result<WebhookDelivery, String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn chunked_bodies_are_joined() {
-        assert_eq!(
-            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
-            "hello world"
-        );
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server on the other end of a duplex stream that reads one request and writes `answer`.
+    fn answering(
+        answer: &'static [u8],
+    ) -> (tokio::io::DuplexStream, tokio::task::JoinHandle<String>) {
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        let server = tokio::spawn(async move {
+            let mut request = vec![0u8; 1024];
+            let n = theirs.read(&mut request).await.unwrap();
+            theirs.write_all(answer).await.unwrap();
+            let _ = theirs.read(&mut request).await;
+            String::from_utf8_lossy(&request[..n]).to_string()
+        });
+        (ours, server)
+    }
+
+    /// A mail body whose chunks split a character: read whole, then decoded, never panicking.
+    #[tokio::test]
+    async fn a_chunk_boundary_inside_a_character_is_read_whole() {
+        // "é" is c3 a9: the first chunk ends after c3.
+        let (ours, _server) =
+            answering(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n[\xc3\r\n2\r\n\xa9]\r\n0\r\n\r\n");
+        let (status, body) = request(ours, "t0k3n", "GET", "/v1/inbox", "")
+            .await
+            .unwrap();
+        assert_eq!((status, body.as_str()), (200, "[é]"));
+    }
+
+    #[tokio::test]
+    async fn a_silent_sidecar_is_given_up_on() {
+        let (ours, _theirs) = tokio::io::duplex(4096);
+        let err = request_within(ours, "t", "GET", "/v1/inbox", "", Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert!(err.contains("no answer within"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_error_status_is_an_error_with_its_body() {
+        let (ours, _server) =
+            answering(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 9\r\n\r\nbad token");
+        let err = request(ours, "t", "GET", "/v1/inbox", "")
+            .await
+            .unwrap_err();
+        assert_eq!(err, "401: bad token");
     }
 
     #[test]
@@ -141,23 +200,21 @@ mod tests {
             decisions_path(&query),
             "/v1/decisions?verdict=deny&host=a.example"
         );
+        let hostile = DecisionQuery {
+            verdict: None,
+            host: Some("a.example&verdict=allow #x".into()),
+            since: Some("2026-12-02T05:00:00+01:00".into()),
+        };
+        assert_eq!(
+            decisions_path(&hostile),
+            "/v1/decisions?host=a.example%26verdict%3Dallow%20%23x&since=2026-12-02T05%3A00%3A00%2B01%3A00"
+        );
     }
 
     #[tokio::test]
     async fn a_request_goes_over_any_stream() {
-        let (ours, mut theirs) = tokio::io::duplex(4096);
-        let server = tokio::spawn(async move {
-            let mut request = vec![0u8; 1024];
-            let n = theirs.read(&mut request).await.unwrap();
-            let text = String::from_utf8_lossy(&request[..n]).to_string();
-            theirs
-                .write_all(
-                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n[]\r\n0\r\n\r\n",
-                )
-                .await
-                .unwrap();
-            text
-        });
+        let (ours, server) =
+            answering(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n[]\r\n0\r\n\r\n");
         let (status, body) = request(ours, "t0k3n", "GET", "/v1/inbox", "")
             .await
             .unwrap();
