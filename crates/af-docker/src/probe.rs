@@ -34,6 +34,17 @@ pub fn target_args(platform_api_default: Option<String>) -> Vec<String> {
     args
 }
 
+/// The probe's positive control: the sidecar at `sidecar_ip`, its proxy port and its DNS
+/// responder, which the probe must reach before any route it sees denied counts.
+pub fn sidecar_args(sidecar_ip: std::net::Ipv4Addr) -> Vec<String> {
+    vec![
+        "--sidecar-proxy".to_string(),
+        format!("{sidecar_ip}:{}", crate::sidecar::PROXY_PORT),
+        "--sidecar-dns".to_string(),
+        format!("{sidecar_ip}:{}", crate::sidecar::DNS_PORT),
+    ]
+}
+
 /// The role of the probe's holder.
 const HOLDER_ROLE: &str = "probe-holder";
 

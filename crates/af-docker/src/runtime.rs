@@ -327,6 +327,12 @@ impl Runtime for LocalRuntime {
         {
             targets.extend(["--platform-api".to_string(), api]);
         }
+        // The probe's positive control: the sidecar, where every service reaches it.
+        let probe_args: Vec<String> = targets
+            .iter()
+            .cloned()
+            .chain(probe::sidecar_args(sidecar_ip))
+            .collect();
         let no_proxy = af_runtime::no_proxy(manifest.services.keys().map(String::as_str));
         let placement = Placement {
             env,
@@ -347,15 +353,16 @@ impl Runtime for LocalRuntime {
             "every escape route, under a service's rules",
             async {
                 match first_fresh_holder.await {
-                    Ok(holder) => probe::judge_in_holder(docker, &holder, targets.clone()).await,
-                    Err(_) => probe::judge(docker, env, &image, &internal, targets.clone()).await,
+                    Ok(holder) => probe::judge_in_holder(docker, &holder, probe_args.clone()).await,
+                    Err(_) => {
+                        probe::judge(docker, env, &image, &internal, probe_args.clone()).await
+                    }
                 }
             },
         );
-        // What runs no workload code and needs no sidecar — each instance's holder and refusal
-        // rules, its application container created but not started, the sidecar created but not
-        // started — is made while the probe runs; nothing that could reach out starts before the
-        // verdict. A network made by an earlier af does not keep the sidecar's address free
+        // What runs no workload code — each instance's holder and refusal rules, its application
+        // container created but not started, and the sidecar — is made while the probe runs;
+        // nothing that could reach out starts before the verdict. A network made by an earlier af does not keep the sidecar's address free
         // (`early` is false), so there each wave's instances are prepared in turn, after the
         // sidecar.
         let images = &images;
@@ -379,43 +386,42 @@ impl Runtime for LocalRuntime {
             )
         };
         let probe_holder = probe::holder(env);
-        // After the verdict: the probe's holder goes, the verdict is kept, and the sidecar starts.
-        // A refusal starts nothing.
-        let after_verdict =
-            |containment: Result<af_runtime::ContainmentSummary, RuntimeError>,
-             created: Result<sidecar::Prepared, DockerError>| async {
-                let containment = match containment {
-                    Ok(verdict) => verdict,
-                    Err(refused) => {
-                        one_shot::remove(docker, &probe_holder)
-                            .await
-                            .map_err(RuntimeError::from)?;
-                        return Err(refused);
-                    }
-                };
-                let created = created.map_err(RuntimeError::from)?;
-                let (removed, recorded, started) = tokio::join!(
-                    one_shot::remove(docker, &probe_holder),
-                    probe::record(docker, env, &image, &containment),
-                    af_runtime::run_step(
-                        progress,
-                        Step::Sidecar,
-                        "the egress sidecar",
-                        sidecar::start_prepared(docker, created)
-                    )
-                );
-                removed.map_err(RuntimeError::from)?;
-                recorded.map_err(RuntimeError::from)?;
-                Ok::<_, RuntimeError>((containment, started?))
+        // The sidecar starts as the probe does: the probe's positive control is that it reaches
+        // the sidecar (it asks until it answers), and the sidecar runs no workload code.
+        let start_sidecar = || async {
+            let created = prepare_sidecar().await.map_err(RuntimeError::from)?;
+            af_runtime::run_step(
+                progress,
+                Step::Sidecar,
+                "the egress sidecar",
+                sidecar::start_prepared(docker, created),
+            )
+            .await
+        };
+        // After the verdict: the probe's holder goes and the verdict is kept. A refusal starts
+        // nothing more.
+        let after_verdict = |containment: Result<af_runtime::ContainmentSummary, RuntimeError>| async {
+            let containment = match containment {
+                Ok(verdict) => verdict,
+                Err(refused) => {
+                    one_shot::remove(docker, &probe_holder)
+                        .await
+                        .map_err(RuntimeError::from)?;
+                    return Err(refused);
+                }
             };
+            let (removed, recorded) = tokio::join!(
+                one_shot::remove(docker, &probe_holder),
+                probe::record(docker, env, &image, &containment),
+            );
+            removed.map_err(RuntimeError::from)?;
+            recorded.map_err(RuntimeError::from)?;
+            Ok::<_, RuntimeError>(containment)
+        };
         let (containment, (sidecar, sidecar_created), mut prepared) = if early {
-            // The sidecar is created while the probe runs and started as soon as the verdict is
-            // in, while the last instances may still be in preparation: none of them starts before
-            // its gate, which waits for both.
-            let sidecar_path = async {
-                let (containment, created) = tokio::join!(probe, prepare_sidecar());
-                after_verdict(containment, created).await
-            };
+            // The instances are prepared while the probe runs, each up to its application
+            // container created but not started: none of them starts before its gate, which waits
+            // for the verdict and the sidecar.
             let preparing = af_runtime::run_step(
                 progress,
                 Step::Preparation,
@@ -428,14 +434,20 @@ impl Runtime for LocalRuntime {
                     Some(first_fresh),
                 ),
             );
-            let (after, prepared) = tokio::join!(sidecar_path, preparing);
+            let judged = async {
+                let (containment, sidecar) = tokio::join!(probe, start_sidecar());
+                let containment = after_verdict(containment).await?;
+                Ok::<_, RuntimeError>((containment, sidecar?))
+            };
+            let (after, prepared) = tokio::join!(judged, preparing);
             let (containment, sidecar) = after?;
             (containment, sidecar, prepared?)
         } else {
+            // The sidecar first, so that its fixed address is its own before the probe's holder
+            // takes one.
             drop(first_fresh);
-            let containment = probe.await;
-            let created = prepare_sidecar().await;
-            let (containment, sidecar) = after_verdict(containment, created).await?;
+            let sidecar = start_sidecar().await?;
+            let containment = after_verdict(probe.await).await?;
             (containment, sidecar, BTreeMap::new())
         };
         let changed = std::sync::atomic::AtomicBool::new(false);

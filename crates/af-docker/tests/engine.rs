@@ -46,6 +46,28 @@ fn targets() -> Vec<String> {
     .collect()
 }
 
+/// The environment's sidecar on its two networks, with an empty policy, created not started.
+async fn prepare_sidecar(
+    docker: &Docker,
+    env: &EnvironmentId,
+    image: &str,
+    (internal, egress): (&str, &str),
+) -> Result<af_docker::sidecar::Prepared, af_docker::DockerError> {
+    af_docker::sidecar::prepare(
+        docker,
+        env,
+        af_docker::sidecar::SidecarSpec {
+            image,
+            internal,
+            egress,
+            policy: &Default::default(),
+            webhooks: &[],
+            capture_ca: None,
+        },
+    )
+    .await
+}
+
 fn code(err: af_docker::DockerError) -> (RunCode, String) {
     let err = RuntimeError::from(err);
     (err.code(), err.to_string())
@@ -58,9 +80,21 @@ async fn the_probe_sees_every_route_denied_and_refuses_a_leaky_setup_naming_the_
     let outside = Outside::create(&docker, &image, "probe", "203.0.113.0/24").await;
     let env = EnvironmentId::derive("aftest", &format!("probe-{}", std::process::id()));
     let _cleanup = Teardown(docker.clone(), env.clone());
-    let (internal, _) = networks::ensure(&docker, &env)
+    let (internal, egress) = networks::ensure(&docker, &env)
         .await
         .expect("the environment's networks");
+    // The environment's sidecar: the probe's positive control.
+    let prepared = prepare_sidecar(&docker, &env, &image, (&internal, &egress))
+        .await
+        .expect("the sidecar");
+    let (sidecar, _) = af_docker::sidecar::start_prepared(&docker, prepared)
+        .await
+        .expect("the sidecar starts");
+    let targets = || {
+        let mut args = targets();
+        args.extend(probe::sidecar_args(sidecar.internal_ip));
+        args
+    };
 
     // The leaky setup, and the positive control: a service's holder also attached to the outside
     // network. The refusal rules cover the environment's interface only, so the leak shows.
@@ -210,20 +244,9 @@ async fn a_foreign_container_with_our_name_is_refused_and_left_alone() {
         .await
         .unwrap();
     let (internal, egress) = networks::ensure(&docker, &env).await.unwrap();
-    let refused = af_docker::sidecar::prepare(
-        &docker,
-        &env,
-        af_docker::sidecar::SidecarSpec {
-            image: &image,
-            internal: &internal,
-            egress: &egress,
-            policy: &Default::default(),
-            webhooks: &[],
-            capture_ca: None,
-        },
-    )
-    .await
-    .expect_err("someone else's container");
+    let refused = prepare_sidecar(&docker, &env, &image, (&internal, &egress))
+        .await
+        .expect_err("someone else's container");
     let (code_seen, message) = code(refused);
     assert_eq!(code_seen, RunCode::NotOurs, "{message}");
     assert!(message.contains(&name), "{message}");

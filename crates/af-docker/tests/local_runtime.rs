@@ -180,28 +180,26 @@ async fn up_status_and_down_of_a_whole_environment() {
         ],
         "the order the guarantee needs"
     );
-    // The preparation runs beside the probe; the sidecar starts only after the probe's verdict.
-    let finished_probe = position(&progress, |e| {
-        matches!(
-            e,
-            ProgressEvent::StepFinished {
-                step: Step::Probe,
-                ..
-            }
-        )
-    });
-    let started_sidecar = position(&progress, |e| {
-        matches!(
-            e,
-            ProgressEvent::StepStarted {
-                step: Step::Sidecar,
-                ..
-            }
-        )
-    });
+    // The preparation and the sidecar run beside the probe (its positive control is the sidecar,
+    // so the sidecar has started before a contained verdict can come); no service starts before
+    // the verdict.
+    let event_at = |step: Step, finished: bool| {
+        position(&progress, |e| match e {
+            ProgressEvent::StepStarted { step: s, .. } => !finished && *s == step,
+            ProgressEvent::StepFinished { step: s, .. } => finished && *s == step,
+            _ => false,
+        })
+    };
+    let finished_probe = event_at(Step::Probe, true);
+    let started_sidecar = event_at(Step::Sidecar, false);
+    let started_services = event_at(Step::Services, false);
     assert!(
-        matches!((finished_probe, started_sidecar), (Some(p), Some(s)) if p < s),
-        "the sidecar must start after the probe's verdict: {finished_probe:?} {started_sidecar:?}"
+        matches!((started_sidecar, finished_probe), (Some(s), Some(p)) if s < p),
+        "the sidecar must start before the probe's verdict: {started_sidecar:?} {finished_probe:?}"
+    );
+    assert!(
+        matches!((finished_probe, started_services), (Some(p), Some(s)) if p < s),
+        "no service may start before the probe's verdict: {finished_probe:?} {started_services:?}"
     );
     assert_eq!(steps.last().map(String::as_str), Some("Teardown"));
     assert!(

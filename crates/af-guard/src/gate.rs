@@ -3,19 +3,17 @@
 //! programmed a moment after the pod starts is waited for; one that never arrives fails the gate,
 //! naming the route.
 
-use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::route::{Outcome, Route, RouteResult, try_routes};
+use crate::sidecar_check::SidecarTarget;
 
 #[derive(Clone, Debug)]
 pub struct GateSettings {
-    /// The sidecar's proxy port: must accept a connection.
-    pub sidecar_proxy: SocketAddr,
-    /// The sidecar's DNS responder: must answer a query.
-    pub sidecar_dns: Option<SocketAddr>,
+    /// The sidecar, which must answer before any route is judged.
+    pub sidecar: SidecarTarget,
     /// Consecutive all-denied rounds required.
     pub rounds: u32,
     pub interval: Duration,
@@ -44,36 +42,6 @@ pub fn next_count(count: u32, round: &[RouteResult]) -> u32 {
     } else {
         0
     }
-}
-
-/// Whether the sidecar answers: its proxy port accepts, and its DNS responder answers a query.
-fn sidecar_answers(settings: &GateSettings) -> Result<(), String> {
-    TcpStream::connect_timeout(&settings.sidecar_proxy, settings.timeout).map_err(|e| {
-        format!(
-            "the sidecar's proxy {} does not accept a connection: {e}",
-            settings.sidecar_proxy
-        )
-    })?;
-    if let Some(dns) = settings.sidecar_dns {
-        let bind: SocketAddr = if dns.is_ipv4() {
-            ([0, 0, 0, 0], 0).into()
-        } else {
-            ([0u16; 8], 0).into()
-        };
-        let answer = (|| -> std::io::Result<usize> {
-            let socket = UdpSocket::bind(bind)?;
-            socket.connect(dns)?;
-            socket.set_read_timeout(Some(settings.timeout))?;
-            socket.send(&af_egress::dns_wire::build_query(
-                0x6a7e,
-                "gate.antifailure.invalid",
-                1,
-            ))?;
-            socket.recv(&mut [0u8; 512])
-        })();
-        answer.map_err(|e| format!("the sidecar's DNS responder {dns} does not answer: {e}"))?;
-    }
-    Ok(())
 }
 
 pub fn run_gate(settings: &GateSettings, routes: &[Route]) -> GateVerdict {
@@ -110,7 +78,7 @@ pub fn run_gate(settings: &GateSettings, routes: &[Route]) -> GateVerdict {
                 routes: last,
             };
         }
-        match sidecar_answers(settings) {
+        match settings.sidecar.answers(settings.timeout) {
             Err(problem) => {
                 // The positive check comes first: escape routes seen denied while nothing at all
                 // answers prove nothing.

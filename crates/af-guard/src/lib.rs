@@ -15,4 +15,5 @@ pub mod netlock;
 pub mod netlock_plan;
 pub mod probe;
 pub mod route;
+pub mod sidecar_check;
 pub mod targets;

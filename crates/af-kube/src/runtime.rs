@@ -1,6 +1,7 @@
 //! The Kubernetes runtime: `up`, `down` and `status` of an environment on a cluster, in the
-//! order the guarantee needs (seed 000): fit check → namespace → policies → containment probe →
-//! sidecar (its Service first: its ClusterIP is every pod's resolver) → migrations → services →
+//! order the guarantee needs (seed 000, with the sidecar before the probe, issue 27): fit check →
+//! namespace → policies → sidecar (its Service first: its ClusterIP is every pod's resolver) →
+//! containment probe (whose positive control is the sidecar) → migrations → services →
 //! readiness. Everything is rendered by [`crate::render`] and applied server-side with one field
 //! manager, so a second `up` sends the same objects and changes nothing.
 
@@ -583,14 +584,6 @@ impl Runtime for KubeRuntime {
             sidecar_ip,
             (&token, capture),
         )?;
-        let verdict = af_runtime::run_step(
-            progress,
-            Step::Probe,
-            "every escape route, under a service's rules",
-            probe::run(client.clone(), &name, &rendered.probe, probe::PATIENCE),
-        )
-        .await?;
-        self.record_verdict(&rendered.namespace, &verdict).await?;
         changed |= af_runtime::run_step(progress, Step::Sidecar, "the egress sidecar", async {
             let wrote = self
                 .apply_all([
@@ -608,6 +601,17 @@ impl Runtime for KubeRuntime {
             Ok::<_, RuntimeError>(wrote)
         })
         .await?;
+        // The probe after the sidecar: its positive control is that it reaches the sidecar (a
+        // namespace with no working network would deny every route), and the sidecar runs no
+        // workload code. Nothing else runs before the verdict.
+        let verdict = af_runtime::run_step(
+            progress,
+            Step::Probe,
+            "every escape route, under a service's rules",
+            probe::run(client.clone(), &name, &rendered.probe, probe::PATIENCE),
+        )
+        .await?;
+        self.record_verdict(&rendered.namespace, &verdict).await?;
         if let Some(secret) = &rendered.service_env {
             changed |= self
                 .apply_all([Object::Secret(Self::with_values(secret)?)])

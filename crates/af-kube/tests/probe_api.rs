@@ -37,7 +37,9 @@ fn verdict(outcome: &str) -> String {
     let contained = outcome == "denied";
     format!(
         "{}\n",
-        json!({"check": "probe", "contained": contained, "routes": [
+        json!({"check": "probe", "contained": contained,
+            "control": {"target": "tcp 10.43.0.53:3128", "reached": true, "detail": "the sidecar answered"},
+            "routes": [
             {"route": "public-tcp", "target": "tcp 203.0.113.10:443", "outcome": outcome, "detail": ""},
             {"route": "metadata", "target": "tcp 169.254.169.254:80", "outcome": "denied", "detail": ""}]})
     )

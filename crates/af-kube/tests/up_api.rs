@@ -1,8 +1,9 @@
 //! `up` and `down` of a whole environment against a stateful fake API server (objects kept by
 //! path, statuses filled in as a healthy cluster would): the order of every write; a second `up`
 //! that writes nothing but the probe's pod and verdict; a foreign namespace refused before any
-//! write; an escaped probe route stopping `up` after the namespace and its policies (so `down`
-//! removes them) and before the sidecar; a failed migration stopping `up` before the services.
+//! write; an escaped probe route stopping `up` after the namespace, its policies and the sidecar
+//! (so `down` removes them) and before any workload; a failed migration stopping `up` before the
+//! services.
 
 mod support;
 
@@ -140,7 +141,9 @@ fn answer(fake: &mut Fake, method: &str, path: &str, query: &str, body: &[u8]) -
                 "denied"
             };
             let text = if name == "af-probe" {
-                json!({"check": "probe", "contained": !fake.probe_escapes, "routes": [
+                json!({"check": "probe", "contained": !fake.probe_escapes,
+                    "control": {"target": "tcp 10.43.0.53:3128", "reached": true, "detail": "the sidecar answered"},
+                    "routes": [
                     {"route": "public-tcp", "target": "tcp 203.0.113.10:443", "outcome": outcome, "detail": ""}]})
                 .to_string()
             } else {
@@ -276,11 +279,12 @@ async fn up_writes_in_the_seeds_order_and_a_second_up_writes_nothing_but_the_pro
     }
     expected.extend([
         format!("PATCH {ns}/services af-sidecar"),
+        // The sidecar before the probe: the probe's positive control is that it reaches it.
+        format!("PATCH {ns}/secrets af-sidecar-config"),
+        format!("PATCH {ns}/deployments af-sidecar"),
         format!("POST {ns}/pods af-probe"),
         format!("DELETE {ns}/pods af-probe"),
         "PATCH namespaces af-shop-main".to_string(),
-        format!("PATCH {ns}/secrets af-sidecar-config"),
-        format!("PATCH {ns}/deployments af-sidecar"),
         // The capture CA's certificate (the shop captures its payments API): after the sidecar,
         // before the first workload pod mounts it.
         format!("PATCH {ns}/configmaps af-capture-trust"),
@@ -393,7 +397,7 @@ async fn a_foreign_namespace_is_refused_before_any_write() {
 }
 
 #[tokio::test]
-async fn an_escaped_probe_route_stops_up_before_the_sidecar() {
+async fn an_escaped_probe_route_stops_up_before_any_workload() {
     let fake = Shared::default();
     fake.lock().unwrap().probe_escapes = true;
     let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
@@ -409,9 +413,22 @@ async fn an_escaped_probe_route_stops_up_before_the_sidecar() {
             .any(|w| w.contains("networkpolicies af-deny-all")),
         "{written:?}"
     );
+    let workloads: Vec<&String> = written
+        .iter()
+        .filter(|w| {
+            (w.contains("deployments") && !w.ends_with("deployments af-sidecar"))
+                || w.contains("jobs")
+        })
+        .collect();
     assert!(
-        !written.iter().any(|w| w.contains("deployments")),
-        "no sidecar, no service: {written:?}"
+        workloads.is_empty(),
+        "no migration, no service: {written:?}"
+    );
+    assert!(
+        written
+            .iter()
+            .any(|w| w.ends_with("deployments af-sidecar")),
+        "the sidecar runs before the probe, as its positive control: {written:?}"
     );
 }
 

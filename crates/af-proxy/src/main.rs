@@ -13,8 +13,8 @@
 //! - `probe`: try every escape route once; the per-environment containment check.
 //! - `agent`, `call`: the conformance suite's workload and its one-shot caller (test use only).
 //!
-//! `gate` and `probe` print one JSON verdict line on standard output and exit 0 only when every
-//! route was seen denied.
+//! `gate` and `probe` print one JSON verdict line on standard output and exit 0 only when the
+//! sidecar answered and every route was seen denied, 43 (AF-RUN-043) otherwise.
 
 mod cron;
 mod log_filter;
@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use af_guard::gate::{GateSettings, run_gate};
 use af_guard::route::{Route, parse_route};
+use af_guard::sidecar_check::SidecarTarget;
 use af_guard::targets::Targets;
 use clap::{Args, Parser, Subcommand};
 
@@ -120,8 +121,20 @@ enum Command {
         #[command(flatten)]
         targets: TargetArgs,
     },
-    /// Try every escape route once and report each as denied, escaped or unanswered.
+    /// Prove the environment's sidecar answers, then try every escape route once and report each
+    /// as denied, escaped or unanswered.
     Probe {
+        /// The sidecar's proxy address: the positive control, asked first. Without it the probe
+        /// is never contained (a namespace with no network denies every route).
+        #[arg(long, env = "AF_PROBE_SIDECAR_PROXY")]
+        sidecar_proxy: Option<SocketAddr>,
+        /// The sidecar's DNS address, asked too when given.
+        #[arg(long, env = "AF_PROBE_SIDECAR_DNS")]
+        sidecar_dns: Option<SocketAddr>,
+        /// How long to keep asking for the sidecar before giving up on it (the runtime may start
+        /// it as the probe starts).
+        #[arg(long, default_value_t = 60)]
+        sidecar_patience_s: u64,
         #[command(flatten)]
         targets: TargetArgs,
     },
@@ -268,8 +281,10 @@ fn main() -> ExitCode {
             targets,
         } => {
             let settings = GateSettings {
-                sidecar_proxy,
-                sidecar_dns,
+                sidecar: SidecarTarget {
+                    proxy: sidecar_proxy,
+                    dns: sidecar_dns,
+                },
                 rounds: rounds.max(1),
                 interval: Duration::from_millis(interval_ms),
                 deadline: Duration::from_secs(deadline_s),
@@ -312,8 +327,22 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        Command::Probe { targets } => {
+        Command::Probe {
+            sidecar_proxy,
+            sidecar_dns,
+            sidecar_patience_s,
+            targets,
+        } => {
+            let control = af_guard::probe::ControlSettings {
+                sidecar: sidecar_proxy.map(|proxy| SidecarTarget {
+                    proxy,
+                    dns: sidecar_dns,
+                }),
+                patience: Duration::from_secs(sidecar_patience_s),
+                interval: Duration::from_millis(200),
+            };
             let verdict = af_guard::probe::probe(
+                &control,
                 &targets.targets().routes(),
                 Duration::from_millis(targets.timeout_ms),
             );
@@ -322,7 +351,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// One JSON line on standard output; the exit status says whether the check passed.
+/// One JSON line on standard output; the exit status says whether the check passed: 0, or 43,
+/// the status of AF-RUN-043 (containment could not be shown) wherever it is seen.
 fn print_verdict(verdict: &impl serde::Serialize, passed: bool) -> ExitCode {
     match serde_json::to_string(verdict) {
         Ok(line) => println!("{line}"),
@@ -331,7 +361,7 @@ fn print_verdict(verdict: &impl serde::Serialize, passed: bool) -> ExitCode {
     if passed {
         ExitCode::SUCCESS
     } else {
-        ExitCode::FAILURE
+        ExitCode::from(af_runtime::RunCode::ContainmentRefused.exit_status())
     }
 }
 

@@ -14,8 +14,7 @@ const NETLOCK_V6: &str = include_str!("../../af-guard/tests/golden/netlock-v6.ru
 /// Every route a workload might take: the probe's standard four (E1, E2, E4 v4+v6, E6) and the
 /// battery's E3, E5, E7, E8, E9, E19.
 fn every_route() -> Vec<&'static str> {
-    let mut args = vec![af_proxy(), "probe"];
-    args.extend(standard_targets());
+    let mut args = probe_args();
     args.extend(battery_routes());
     args
 }
@@ -130,8 +129,7 @@ fn netlock_works_on_the_legacy_backend_and_names_it() {
         (report["ipv4"].as_str(), report["ipv6"].as_str()),
         (Some("locked"), Some("locked"))
     );
-    let mut probe = vec![af_proxy(), "probe"];
-    probe.extend(standard_targets());
+    let probe = probe_args();
     assert!(
         world.as_uid(WORKLOAD_UID, &probe).status.success(),
         "contained under the legacy backend"
@@ -168,8 +166,7 @@ fn netlock_with_ipv6_disabled_still_locks_ipv4() {
         String::from_utf8_lossy(&output.stderr)
             .contains("IPv6 is disabled in this namespace; IPv4 is locked")
     );
-    let mut probe = vec![af_proxy(), "probe"];
-    probe.extend(standard_targets());
+    let probe = probe_args();
     let locked = verdict(&world.as_uid(WORKLOAD_UID, &probe));
     assert_eq!(outcomes(&locked)["public-tcp"], "denied", "{locked}");
     assert_eq!(world.reached("public-tcp"), 0);
@@ -294,8 +291,7 @@ fn netlock_is_idempotent_and_replaces_drift() {
 #[test]
 fn the_probe_names_escaped_and_unanswered_routes() {
     let world = World::new("d");
-    let mut args = vec![af_proxy(), "probe"];
-    args.extend(standard_targets());
+    let args = probe_args();
     let open = world.as_uid(WORKLOAD_UID, &args);
     assert!(!open.status.success());
     let open_verdict = verdict(&open);
@@ -327,6 +323,177 @@ fn the_probe_names_escaped_and_unanswered_routes() {
         world.reached("resolver-udp"),
         1,
         "the dropped query never reached the resolver"
+    );
+}
+
+/// The probe as a runtime runs it in a service's namespace: its positive control is the
+/// environment's sidecar (10.99.0.2, proxy and DNS), then the standard routes.
+fn probe_beside_the_sidecar() -> Vec<&'static str> {
+    let mut args = vec![
+        af_proxy(),
+        "probe",
+        "--sidecar-proxy",
+        "10.99.0.2:3128",
+        "--sidecar-dns",
+        "10.99.0.2:53",
+        "--sidecar-patience-s",
+        "1",
+    ];
+    args.extend(standard_targets());
+    args
+}
+
+/// The runtimes' reading of a probe that failed: AF-RUN-043, as `af up` reports it.
+fn refusal_of(probe: &std::process::Output) -> af_runtime::RuntimeError {
+    let verdict = String::from_utf8_lossy(&probe.stdout);
+    af_runtime::judge_probe(&verdict, 43, "", "now".into())
+        .expect_err("a probe that failed is AF-RUN-043")
+}
+
+/// Hole 5 of issue 27: a namespace with no working network at all denies every route (each
+/// connect fails with ENETUNREACH), which read as contained. The probe proves first that it
+/// reaches the environment's sidecar; one that cannot refuses with AF-RUN-043 naming that.
+/// Positive control: with the sidecar reachable and the outside refused, it is contained.
+#[test]
+fn the_probe_refuses_a_namespace_with_no_route_at_all() {
+    let world = World::new("j");
+    world.workload_policy(&policy_v4(""), &policy_v6());
+    let contained = world.as_uid(WORKLOAD_UID, &probe_beside_the_sidecar());
+    let contained_verdict = verdict(&contained);
+    assert!(
+        contained.status.success(),
+        "positive control: {contained_verdict}"
+    );
+    assert_eq!(contained_verdict["control"]["reached"], true);
+    let asked = world.reached("sidecar-proxy");
+    assert!(
+        asked >= 1 && world.reached("sidecar-dns") >= 1,
+        "the sidecar was asked"
+    );
+
+    for family in ["-4", "-6"] {
+        world.in_workload(&["ip", family, "route", "flush", "table", "main"]);
+    }
+    let silent = world.as_uid(WORKLOAD_UID, &probe_beside_the_sidecar());
+    let silent_verdict = verdict(&silent);
+    for (route, outcome) in outcomes(&silent_verdict) {
+        assert_eq!(
+            outcome, "denied",
+            "{route}: without a route everything is refused: {silent_verdict}"
+        );
+    }
+    assert_eq!(silent_verdict["contained"], false, "{silent_verdict}");
+    assert_eq!(
+        silent_verdict["control"]["reached"], false,
+        "{silent_verdict}"
+    );
+    assert_eq!(
+        silent.status.code(),
+        Some(43),
+        "the exit status is AF-RUN-043's"
+    );
+    assert_eq!(
+        world.reached("sidecar-proxy"),
+        asked,
+        "nothing reached the sidecar"
+    );
+    let refused = refusal_of(&silent);
+    let text = refused.to_string();
+    assert!(
+        text.starts_with("AF-RUN-043")
+            && text.contains("the environment's sidecar (positive control) tcp 10.99.0.2:3128"),
+        "{text}"
+    );
+    assert!(refused.help().contains("own sidecar"), "{}", refused.help());
+}
+
+/// Hole 6 of issue 27: a platform whose network drops denied packets silently (as many CNIs do)
+/// rather than refusing them. The probe cannot tell a dropped packet from one that got out to a
+/// silent host, so it refuses with AF-RUN-043 naming each unanswered route — within its
+/// per-attempt timeout, not hanging, not passing — and says the platform drops and what to do.
+/// Positive control: before the policy, every target answers.
+#[test]
+fn a_platform_that_drops_is_refused_naming_the_unanswered_routes() {
+    let world = World::new("k");
+    let open = verdict(&world.as_uid(WORKLOAD_UID, &probe_beside_the_sidecar()));
+    for (route, outcome) in outcomes(&open) {
+        assert_eq!(
+            outcome, "escaped",
+            "positive control, {route} answers: {open}"
+        );
+    }
+    let reached = world.reached_all();
+
+    // The platform drops, on its side of the link (as a CNI does on the node): every TCP and
+    // UDP packet from the workload but those to its sidecar. A drop in the workload's own
+    // namespace would not be silent (a local send fails with EPERM).
+    world.outside(&[
+        "iptables",
+        "-A",
+        "INPUT",
+        "-s",
+        "10.99.0.5",
+        "!",
+        "-d",
+        "10.99.0.2",
+        "-j",
+        "DROP",
+    ]);
+    for protocol in ["tcp", "udp"] {
+        world.outside(&[
+            "ip6tables",
+            "-A",
+            "INPUT",
+            "-s",
+            "fd99::5",
+            "-p",
+            protocol,
+            "-j",
+            "DROP",
+        ]);
+    }
+    let dropped = world.as_uid(WORKLOAD_UID, &probe_beside_the_sidecar());
+    let dropped_verdict = verdict(&dropped);
+    assert_eq!(dropped.status.code(), Some(43), "{dropped_verdict}");
+    assert_eq!(
+        dropped_verdict["control"]["reached"], true,
+        "the sidecar still answers"
+    );
+    let routes = outcomes(&dropped_verdict);
+    for route in [
+        "public-tcp",
+        "public-dns",
+        "metadata",
+        "metadata-v6",
+        "platform-api",
+    ] {
+        assert_eq!(routes[route], "unanswered", "{route}: {dropped_verdict}");
+    }
+    let now = world.reached_all();
+    for listener in [
+        "public-tcp",
+        "resolver-udp",
+        "metadata",
+        "metadata-v6",
+        "api",
+    ] {
+        assert_eq!(
+            now[listener], reached[listener],
+            "{listener}: a dropped packet arrived"
+        );
+    }
+    let refused = refusal_of(&dropped);
+    let text = refused.to_string();
+    assert!(
+        text.contains("public-tcp tcp 203.0.113.10:443 (unanswered)"),
+        "{text}"
+    );
+    let help = refused.help();
+    assert!(
+        help.contains("drops denied packets silently rather than refusing them")
+            && help.contains("reject rather than drop")
+            && !help.contains("own sidecar"),
+        "{help}"
     );
 }
 
@@ -456,8 +623,7 @@ fn the_first_packet_after_the_gate_gets_nothing_out() {
     let passed = world.as_uid(WORKLOAD_UID, &gate);
     assert!(passed.status.success(), "{}", verdict(&passed));
 
-    let mut probe = vec![af_proxy(), "probe"];
-    probe.extend(standard_targets());
+    let probe = probe_args();
     let first = world.as_uid(WORKLOAD_UID, &probe);
     assert_eq!(outcomes(&verdict(&first))["public-dns"], "denied");
     assert_eq!(

@@ -86,8 +86,44 @@ impl Serialize for RunCode {
 pub struct RouteFinding {
     /// The route, as the probe names it (e.g. `direct TCP to 192.0.2.10:443`).
     pub route: String,
-    /// `escaped` or `unanswered`; a denied route is not a finding.
+    /// `escaped` or `unanswered`, or what went wrong; a denied route is not a finding.
     pub outcome: String,
+    /// Which cause it is, for what to do about it.
+    pub kind: FindingKind,
+}
+
+/// The causes a containment refusal can have; each has its own next step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// Something outside answered: the route is open.
+    Escaped,
+    /// Nothing came back in time: dropped silently by the platform, or out to a silent target.
+    Unanswered,
+    /// The positive control failed: the environment's own sidecar did not answer the probe.
+    SidecarUnreachable,
+    /// The probe or a gate gave no verdict on the routes (it failed, timed out, printed none).
+    NoVerdict,
+}
+
+impl FindingKind {
+    /// What to do about a finding of this kind.
+    fn next_step(self) -> &'static str {
+        match self {
+            FindingKind::Escaped => {
+                "a route got out, so the platform's network does not enforce the environment's isolation: on Kubernetes, use a CNI that enforces NetworkPolicy; locally, check that nothing attached the environment's containers to another network"
+            }
+            FindingKind::Unanswered => {
+                "an unanswered route means the platform drops denied packets silently rather than refusing them (or the route got out to a target that stayed silent): the probe cannot tell the two apart, so it refuses; make the platform refuse denied packets visibly (a reset or an ICMP unreachable: on Kubernetes, a CNI or policy engine set to reject rather than drop), and check that each AF_PROBE_* target answers when reached; docs/containment.md, \"A platform that drops\""
+            }
+            FindingKind::SidecarUnreachable => {
+                "the probe could not reach the environment's own sidecar, so the routes it saw denied prove nothing (a namespace with no working network denies every route): check that the sidecar runs and that the environment's network lets a service reach it"
+            }
+            FindingKind::NoVerdict => {
+                "the probe gave no verdict: its message above says why (on Kubernetes, the af-probe pod's log and events)"
+            }
+        }
+    }
 }
 
 /// What went wrong, with the facts each case needs to be acted on.
@@ -224,7 +260,17 @@ impl RuntimeError {
         match &self.kind {
             RuntimeErrorKind::PlatformFailed { .. } => "check that the platform is reachable and healthy (docker info; kubectl get --raw /readyz), then run the command again; af down removes whatever was created".to_string(),
             RuntimeErrorKind::EngineImage { .. } => "build the static af-proxy (scripts/build-engine) or set AF_PROXY_IMAGE to an image this platform can run".to_string(),
-            RuntimeErrorKind::ContainmentRefused { .. } => "this is a statement about the platform, not the runtime: use one whose network enforces the environment's isolation (on Kubernetes, a CNI that enforces NetworkPolicy); `af down` removes what was created".to_string(),
+            RuntimeErrorKind::ContainmentRefused { findings } => {
+                let mut kinds: Vec<FindingKind> = findings.iter().map(|f| f.kind).collect();
+                kinds.dedup();
+                let mut steps: Vec<&str> = Vec::new();
+                for kind in kinds {
+                    if !steps.contains(&kind.next_step()) {
+                        steps.push(kind.next_step());
+                    }
+                }
+                format!("{}; `af down` removes what was created", steps.join("; "))
+            }
             RuntimeErrorKind::Unsupported { .. } => "use a runtime that supports it (runtime.provider in the manifest), or leave the feature out".to_string(),
             RuntimeErrorKind::NotOurs { .. } => "af never removes or reuses what it did not create: rename or remove that object yourself, or use another --env".to_string(),
             RuntimeErrorKind::DoesNotFit { .. } => "lower services.<name>.resources or replicas, or free capacity on the platform".to_string(),
@@ -301,10 +347,12 @@ mod tests {
                 RouteFinding {
                     route: "direct TCP to 192.0.2.10:443".into(),
                     outcome: "escaped".into(),
+                    kind: FindingKind::Escaped,
                 },
                 RouteFinding {
                     route: "metadata 169.254.169.254:80".into(),
                     outcome: "unanswered".into(),
+                    kind: FindingKind::Unanswered,
                 },
             ],
         });
@@ -313,6 +361,44 @@ mod tests {
         assert!(text.starts_with("AF-RUN-043 "), "{text}");
         assert!(text.contains("192.0.2.10:443 (escaped)"), "{text}");
         assert!(text.contains("169.254.169.254:80 (unanswered)"), "{text}");
+        let help = err.help();
+        assert!(
+            help.contains("enforces NetworkPolicy")
+                && help.contains("drops denied packets silently"),
+            "{help}"
+        );
+    }
+
+    /// The advice fits the cause: a route that got out is not told to look at a dropping
+    /// platform, and an unreachable sidecar is told neither.
+    #[test]
+    fn containment_advice_fits_each_cause() {
+        let help = |kind| {
+            RuntimeError::from(RuntimeErrorKind::ContainmentRefused {
+                findings: vec![RouteFinding {
+                    route: "r".into(),
+                    outcome: "o".into(),
+                    kind,
+                }],
+            })
+            .help()
+        };
+        let escaped = help(FindingKind::Escaped);
+        assert!(
+            escaped.contains("NetworkPolicy") && !escaped.contains("drops"),
+            "{escaped}"
+        );
+        let dropped = help(FindingKind::Unanswered);
+        assert!(
+            dropped.contains("drops denied packets silently")
+                && dropped.contains("reject rather than drop"),
+            "{dropped}"
+        );
+        let unreachable = help(FindingKind::SidecarUnreachable);
+        assert!(
+            unreachable.contains("own sidecar") && !unreachable.contains("drops"),
+            "{unreachable}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ mod sidecar;
 mod verdict;
 
 pub use capability::{Capabilities, Capability};
-pub use error::{RouteFinding, RunCode, RuntimeError, RuntimeErrorKind};
+pub use error::{FindingKind, RouteFinding, RunCode, RuntimeError, RuntimeErrorKind};
 pub use progress::{ProgressEvent, ProgressSink, Step, run_step};
 pub use runtime::{
     ContainmentSummary, Environment, EnvironmentStatus, LogLine, LogStream, Runtime, ServiceStatus,

@@ -1,9 +1,10 @@
 //! Reading the containment probe's verdict, the same on every runtime: the one JSON line
-//! `af-proxy probe` prints. Contained only when the probe exited 0, said so, and reported at least
-//! one route, every one denied; anything else refuses the environment (AF-RUN-043), naming each
-//! route that was not denied — and a probe that printed no verdict is itself unanswered.
+//! `af-proxy probe` prints. Contained only when the probe exited 0, said so, reached the
+//! environment's sidecar (its positive control), and reported at least one route, every one
+//! denied; anything else refuses the environment (AF-RUN-043), naming the unreachable sidecar and
+//! each route that was not denied — and a probe that printed no verdict is itself unanswered.
 
-use crate::error::{RouteFinding, RuntimeError, RuntimeErrorKind};
+use crate::error::{FindingKind, RouteFinding, RuntimeError, RuntimeErrorKind};
 use crate::runtime::ContainmentSummary;
 
 /// The verdict of a probe that printed `output` and exited with `exit_code` (`stderr` is quoted
@@ -20,6 +21,7 @@ pub fn judge_probe(
             findings: vec![RouteFinding {
                 route: "the probe itself".to_string(),
                 outcome: format!("unanswered (exit {exit_code}, {})", stderr.trim()),
+                kind: FindingKind::NoVerdict,
             }],
         }
         .into());
@@ -42,20 +44,44 @@ pub fn judge_probe(
                 .collect()
         })
         .unwrap_or_default();
-    let contained = verdict["contained"] == true && exit_code == 0 && !routes.is_empty();
+    let control = &verdict["control"];
+    let reached = control["reached"] == true;
+    let contained = verdict["contained"] == true && exit_code == 0 && reached && !routes.is_empty();
     if !contained {
-        let mut findings: Vec<RouteFinding> = routes
-            .iter()
-            .filter(|(_, outcome)| outcome != "denied")
-            .map(|(route, outcome)| RouteFinding {
-                route: route.clone(),
-                outcome: outcome.clone(),
-            })
-            .collect();
+        let mut findings: Vec<RouteFinding> = Vec::new();
+        if !reached {
+            findings.push(RouteFinding {
+                route: format!(
+                    "the environment's sidecar (positive control) {}",
+                    control["target"].as_str().unwrap_or("not named")
+                ),
+                outcome: format!(
+                    "unanswered: {}",
+                    control["detail"]
+                        .as_str()
+                        .unwrap_or("the probe reported no positive control")
+                ),
+                kind: FindingKind::SidecarUnreachable,
+            });
+        }
+        findings.extend(
+            routes
+                .iter()
+                .filter(|(_, outcome)| outcome != "denied")
+                .map(|(route, outcome)| RouteFinding {
+                    route: route.clone(),
+                    outcome: outcome.clone(),
+                    kind: match outcome.as_str() {
+                        "escaped" => FindingKind::Escaped,
+                        _ => FindingKind::Unanswered,
+                    },
+                }),
+        );
         if findings.is_empty() {
             findings.push(RouteFinding {
                 route: "the probe itself".to_string(),
                 outcome: format!("no route was judged (exit {exit_code})"),
+                kind: FindingKind::NoVerdict,
             });
         }
         return Err(RuntimeErrorKind::ContainmentRefused { findings }.into());
@@ -77,7 +103,35 @@ mod tests {
             .iter()
             .map(|(route, outcome)| serde_json::json!({"route": route, "target": "tcp 203.0.113.10:443", "outcome": outcome}))
             .collect();
-        serde_json::json!({"check": "probe", "contained": contained, "routes": routes}).to_string()
+        serde_json::json!({"check": "probe", "contained": contained, "control": reached(),
+            "routes": routes})
+        .to_string()
+    }
+
+    fn reached() -> serde_json::Value {
+        serde_json::json!({"target": "tcp 10.99.0.2:3128", "reached": true, "detail": "the sidecar answered"})
+    }
+
+    /// Every route denied, with the sidecar unreachable: a namespace with no network at all.
+    #[test]
+    fn every_route_denied_without_the_sidecar_is_af_run_043_naming_the_control() {
+        let silent = serde_json::json!({"check": "probe", "contained": false,
+            "control": {"target": "tcp 10.99.0.2:3128", "reached": false, "detail": "no route to host"},
+            "routes": [{"route": "public-tcp", "target": "tcp 203.0.113.10:443", "outcome": "denied"}]})
+        .to_string();
+        let err = judge_probe(&silent, 43, "", "t".into()).unwrap_err();
+        assert_eq!(err.code(), RunCode::ContainmentRefused);
+        let text = err.to_string();
+        assert!(
+            text.contains("the environment's sidecar (positive control) tcp 10.99.0.2:3128 (unanswered: no route to host)"),
+            "{text}"
+        );
+        assert!(err.help().contains("own sidecar"), "{}", err.help());
+        // A verdict without a control (an engine image from before it) is never a pass either.
+        let old = serde_json::json!({"check": "probe", "contained": true,
+            "routes": [{"route": "public-tcp", "target": "tcp 203.0.113.10:443", "outcome": "denied"}]})
+        .to_string();
+        assert!(judge_probe(&old, 0, "", "t".into()).is_err());
     }
 
     #[test]

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use af_runtime::{ContainmentSummary, RouteFinding, RuntimeError, RuntimeErrorKind, judge_probe};
+use af_runtime::{
+    ContainmentSummary, FindingKind, RouteFinding, RuntimeError, RuntimeErrorKind, judge_probe,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, LogParams, PostParams};
@@ -16,6 +18,7 @@ fn refused(outcome: String) -> RuntimeError {
         findings: vec![RouteFinding {
             route: "the probe itself".to_string(),
             outcome,
+            kind: FindingKind::NoVerdict,
         }],
     }
     .into()

@@ -96,16 +96,22 @@ pub fn dns_config(input: &RenderInput<'_>, namespace: &str) -> PodDNSConfig {
     }
 }
 
-/// The startup gate: first init container of every customer pod, from the engine image.
-pub fn gate(input: &RenderInput<'_>) -> Container {
+/// Where the gate and the probe ask for the sidecar first (their positive check): its Service's
+/// proxy and DNS ports.
+pub fn sidecar_check_args(input: &RenderInput<'_>) -> Vec<String> {
     let sidecar = input.sidecar_ip;
-    let mut args = vec![
-        "gate".to_string(),
+    vec![
         "--sidecar-proxy".to_string(),
         format!("{sidecar}:{}", ports::PROXY),
         "--sidecar-dns".to_string(),
         format!("{sidecar}:{}", ports::DNS),
-    ];
+    ]
+}
+
+/// The startup gate: first init container of every customer pod, from the engine image.
+pub fn gate(input: &RenderInput<'_>) -> Container {
+    let mut args = vec!["gate".to_string()];
+    args.extend(sidecar_check_args(input));
     args.extend(input.probe_targets.iter().cloned());
     Container {
         name: "af-gate".to_string(),

@@ -6,11 +6,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::RenderInput;
 use super::names::{PROBE, pod_labels};
-use super::pod::{dns_config, engine_security, engine_step_resources, pod_security};
+use super::pod::{
+    dns_config, engine_security, engine_step_resources, pod_security, sidecar_check_args,
+};
 
 pub fn probe(input: &RenderInput<'_>, namespace: &str) -> Pod {
     let labels = pod_labels(input.env, "probe", None, true);
+    // Its positive control first: the sidecar, which runs by then.
     let mut args = vec!["probe".to_string()];
+    args.extend(sidecar_check_args(input));
     args.extend(input.probe_targets.iter().cloned());
     Pod {
         metadata: ObjectMeta {

@@ -173,6 +173,7 @@ impl World {
                 .collect(),
         );
         start_listeners(&net, counters.clone());
+        start_sandbox_proxy_stand_in(&wl);
         World { wl, net, counters }
     }
 
@@ -284,6 +285,26 @@ pub fn af_proxy() -> &'static str {
     env!("CARGO_BIN_EXE_af-proxy")
 }
 
+/// Where the probe finds its positive control in this world: a listener on the workload's own
+/// loopback, where an afe sandbox's proxy sits (netlock lets loopback through), so that it answers
+/// under every lock the tests apply.
+pub const SANDBOX_PROXY: &str = "127.0.0.1:3129";
+
+/// `af-proxy probe` with its positive control at [`SANDBOX_PROXY`] and every standard route at
+/// this world's hosts.
+pub fn probe_args() -> Vec<&'static str> {
+    let mut args = vec![
+        af_proxy(),
+        "probe",
+        "--sidecar-proxy",
+        SANDBOX_PROXY,
+        "--sidecar-patience-s",
+        "5",
+    ];
+    args.extend(standard_targets());
+    args
+}
+
 /// The probe/gate flags that point every standard route at this world's hosts.
 pub fn standard_targets() -> Vec<&'static str> {
     vec![
@@ -349,6 +370,24 @@ pub fn outcomes(verdict: &serde_json::Value) -> BTreeMap<String, String> {
             )
         })
         .collect()
+}
+
+/// A TCP listener at [`SANDBOX_PROXY`] in the workload namespace, accepting and closing.
+fn start_sandbox_proxy_stand_in(wl: &str) {
+    let path = format!("/var/run/netns/{wl}");
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
+            .expect("entering the workload namespace");
+        let listener =
+            std::net::TcpListener::bind(SANDBOX_PROXY).expect("the sandbox proxy stand-in");
+        ready_tx.send(()).unwrap();
+        for stream in listener.incoming() {
+            drop(stream);
+        }
+    });
+    ready_rx.recv().expect("the sandbox proxy stand-in starts");
 }
 
 fn start_listeners(net: &str, counters: Arc<BTreeMap<&'static str, AtomicUsize>>) {
