@@ -4,7 +4,9 @@
 //! through the sidecar (an HTTP origin), and the positive control: a container attached to all of
 //! them. Also the probe's arguments aimed at those hosts, and the reading of its verdict.
 
-use af_docker::test_hosts::{HostSpec, OutsideHost, Program};
+use std::collections::BTreeMap;
+
+use af_docker::test_hosts::{Arrivals, HostSpec, OutsideHost, Program};
 use af_docker::{one_shot, teardown};
 use af_manifest::EnvironmentId;
 use bollard::Docker;
@@ -42,7 +44,9 @@ impl Outside {
         operator.aliases = vec![REBIND_NAME.to_string()];
         let mut global6 = host("v6", "198.18.5.0/24", Program::Server);
         global6.v6 = Some(("2001:db8:5::/64".into(), "10".into()));
-        let mut metadata6 = host("metadata6", "192.0.2.0/24", Program::Server);
+        // Not 192.0.2.0/24 for its IPv4 side, which a machine's own network may be (this kind's
+        // is): its counters are read from the machine over that side.
+        let mut metadata6 = host("metadata6", "198.18.6.0/24", Program::Server);
         metadata6.v6 = Some(("fd00:ec2::/64".into(), "254".into()));
         let mut origin = host("origin", "198.51.100.0/24", Program::Origin);
         origin.aliases = vec![ORIGIN_NAME.to_string()];
@@ -125,6 +129,23 @@ impl Outside {
         .collect()
     }
 
+    /// What has reached each host that counts it (every host but the origin), by its addresses
+    /// (IPv4, and IPv6 where it has one): where a route is judged.
+    pub async fn arrivals(&self) -> Result<BTreeMap<String, Arrivals>, String> {
+        let mut counted = BTreeMap::new();
+        for host in std::iter::once(&self.public)
+            .chain([&self.operator])
+            .chain(self.others.iter())
+        {
+            let arrived = host.arrivals().await?;
+            counted.insert(host.ip.clone(), arrived);
+            if let Some(ip6) = &host.ip6 {
+                counted.insert(ip6.clone(), arrived);
+            }
+        }
+        Ok(counted)
+    }
+
     /// `routes` tried from the positive control.
     pub async fn try_from_control(&self, routes: &[String]) -> Result<Vec<RouteOutcome>, String> {
         probe_in_container(
@@ -201,4 +222,56 @@ pub async fn probe_in_container(
     };
     let finished = one_shot::run(docker, env, &spec).await.map_err(text)?;
     asked_outcomes(&format!("{}{}", finished.stderr, finished.stdout), routes)
+}
+
+/// What `routes` (`NAME=KIND:ADDRESS`) add to the hosts' counters when they arrive, by host
+/// address: a TCP connection for a `tcp` or `http` route to a port a host serves (3128, 853, 53),
+/// a DNS query for a `dns` or `udp` route to port 53. Other routes (ICMP, ports nothing serves,
+/// hosts that do not count) add nothing: they are judged by their answer alone.
+pub fn expected_arrivals(routes: &[String]) -> BTreeMap<String, Arrivals> {
+    let mut expected: BTreeMap<String, Arrivals> = BTreeMap::new();
+    for route in routes {
+        let Some((_, target)) = route.split_once('=') else {
+            continue;
+        };
+        let Some((kind, address)) = target.split_once(':') else {
+            continue;
+        };
+        let Ok(address) = address.parse::<std::net::SocketAddr>() else {
+            continue;
+        };
+        let entry = expected.entry(address.ip().to_string()).or_default();
+        match (kind, address.port()) {
+            ("tcp" | "http", 3128 | 853 | 53) => entry.connections += 1,
+            ("dns" | "udp", 53) => entry.dns_queries += 1,
+            _ => {}
+        }
+    }
+    expected
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_expected_where_they_land() {
+        let routes = [
+            "e1=tcp:203.0.113.10:3128".to_string(),
+            "e2=dns:203.0.113.10:53".to_string(),
+            "e9=udp:203.0.113.10:53".to_string(),
+            "e5=tcp:[2001:db8:5::10]:3128".to_string(),
+            "e8=icmp:203.0.113.10".to_string(),
+            "api=tcp:203.0.113.10:2375".to_string(),
+        ];
+        let expected = expected_arrivals(&routes);
+        assert_eq!(
+            expected["203.0.113.10"],
+            Arrivals {
+                connections: 1,
+                dns_queries: 2
+            }
+        );
+        assert_eq!(expected["2001:db8:5::10"].connections, 1);
+    }
 }

@@ -63,11 +63,49 @@ pub struct OutsideHost {
     pub host: String,
 }
 
-/// The sidecar program's configuration for a [`Program::Server`] host.
+/// The control token of every [`Program::Server`] host.
+const SERVER_TOKEN: &str = "outside-token-0123456789";
+
+/// Where a [`Program::Server`] host's control API listens: on its own network, so that the
+/// machine (the bridge's gateway) reads what arrived there.
+const SERVER_CONTROL_PORT: u16 = 9901;
+
+/// The sidecar program's configuration for a [`Program::Server`] host. Its counters
+/// (`af_egress_connections_total`, `af_egress_dns_queries_total`) count every TCP connection and
+/// DNS query that reaches it: where a route is judged ([`OutsideHost::arrivals`]).
 fn server_config(any: &str) -> String {
     format!(
-        "environment: outside\npolicy: {{}}\nlisten: {{proxy: '{any}:3128', dns: 0.0.0.0:53, smtp: ['{any}:853']}}\ndns: {{answer_v4: 203.0.113.10}}\ncontrol: {{listen: 127.0.0.1:9901, token: outside-token-0123456789}}\nlog: {{path: /tmp/decisions.jsonl}}\n"
+        "environment: outside\npolicy: {{}}\nlisten: {{proxy: '{any}:3128', dns: 0.0.0.0:53, smtp: ['{any}:853']}}\ndns: {{answer_v4: 203.0.113.10}}\ncontrol: {{listen: '0.0.0.0:{SERVER_CONTROL_PORT}', token: {SERVER_TOKEN}}}\nlog: {{path: /tmp/decisions.jsonl}}\n"
     )
+}
+
+/// What reached a [`Program::Server`] host: TCP connections accepted (on 3128 and 853) and DNS
+/// queries received (on 53, UDP and TCP, readable or not).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Arrivals {
+    pub connections: u64,
+    pub dns_queries: u64,
+}
+
+impl Arrivals {
+    /// Reads the counters out of the host's `/metrics` text.
+    pub fn from_metrics(metrics: &str) -> Arrivals {
+        let sum = |name: &str| -> u64 {
+            metrics
+                .lines()
+                .filter(|line| !line.starts_with('#'))
+                .filter(|line| {
+                    line.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+                })
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum()
+        };
+        Arrivals {
+            connections: sum("af_egress_connections_total"),
+            dns_queries: sum("af_egress_dns_queries_total"),
+        }
+    }
 }
 
 impl OutsideHost {
@@ -203,6 +241,20 @@ impl OutsideHost {
             .map_err(|e| platform(format!("attaching {container} to {}", self.network), e))
     }
 
+    /// What has reached this host so far (a [`Program::Server`] host), read from its counters
+    /// over its control API from the machine, which is its network's gateway.
+    pub async fn arrivals(&self) -> Result<Arrivals, String> {
+        let address = format!("{}:{SERVER_CONTROL_PORT}", self.ip);
+        let stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .map_err(|e| format!("the outside host's counters at {address}: {e}"))?;
+        let (_, metrics) =
+            af_egress::control_client::request(stream, SERVER_TOKEN, "GET", "/metrics", "")
+                .await
+                .map_err(|e| format!("the outside host's counters at {address}: {e}"))?;
+        Ok(Arrivals::from_metrics(&metrics))
+    }
+
     /// Removes the host and its network; what is already gone is fine.
     pub async fn remove(&self, docker: &Docker) {
         let _ = docker
@@ -215,5 +267,22 @@ impl OutsideHost {
             )
             .await;
         let _ = docker.remove_network(&self.network).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_are_summed_over_every_label() {
+        let metrics = "# HELP af_egress_connections_total x\naf_egress_connections_total 7\naf_egress_connections_open 2\naf_egress_dns_queries_total{outcome=\"answered\"} 3\naf_egress_dns_queries_total{outcome=\"malformed\"} 1\n";
+        assert_eq!(
+            Arrivals::from_metrics(metrics),
+            Arrivals {
+                connections: 7,
+                dns_queries: 4
+            }
+        );
     }
 }

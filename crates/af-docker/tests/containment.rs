@@ -112,7 +112,9 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
         &docker,
         &image,
         "bat-metadata-v6",
-        "192.0.2.0/24",
+        // Its IPv4 side only carries the counters read from the machine; not 192.0.2.0/24, which
+        // a machine's own network may be (this kind's is).
+        "198.18.5.0/24",
         "fd00:ec2::/64",
         "254",
     )
@@ -199,7 +201,63 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
             .await
             .unwrap();
     }
+    // What reached each outside host, read off its counters: the routes are judged there, not
+    // by the error a client saw (a missing listener errs too).
+    let hosts: [(&str, &Outside); 5] = [
+        ("public", &public),
+        ("metadata", &metadata),
+        ("operator", &operator),
+        ("global-v6", &global6),
+        ("metadata-v6", &metadata6),
+    ];
+    let arrived = || async {
+        let mut counts = Vec::new();
+        for (name, host) in hosts {
+            counts.push((name, host.arrivals().await));
+        }
+        counts
+    };
+    let before_control = arrived().await;
     let open = probe_in(&docker, &a, &image, &control_holder, &battery).await;
+    // Positive control, counted where it landed: the public host takes E1, E3 and the probe's
+    // own public-tcp route (TCP) and E2, E9 and public-dns (datagrams to its DNS port), the
+    // metadata host E4 and the probe's metadata route, each other host its one TCP route (the
+    // probe's platform-api and metadata-v6 routes aim at ports where nothing listens). A host counts a
+    // connection when its server accepts it, a moment after the client saw it established, so the
+    // counts are asked again until they are all in (then nothing of the control is still to come
+    // when the inside is judged), for at most 10 s.
+    let expected = |at: usize| match at {
+        0 => (3, 3),
+        1 => (2, 0),
+        _ => (1, 0),
+    };
+    let mut after_control = arrived().await;
+    for _ in 0..100 {
+        let all_in = before_control.iter().zip(&after_control).enumerate().all(
+            |(at, ((_, before), (_, after)))| {
+                let (connections, queries) = expected(at);
+                after.connections >= before.connections + connections
+                    && after.dns_queries >= before.dns_queries + queries
+            },
+        );
+        if all_in {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        after_control = arrived().await;
+    }
+    for (at, ((name, before), (_, after))) in before_control.iter().zip(&after_control).enumerate()
+    {
+        let (connections, queries) = expected(at);
+        assert_eq!(
+            (
+                after.connections - before.connections,
+                after.dns_queries - before.dns_queries
+            ),
+            (connections, queries),
+            "positive control: what reached the {name} host ({before:?} → {after:?})"
+        );
+    }
     for route in [
         "e1-public-tcp",
         "e2-public-dns",
@@ -255,7 +313,10 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
         "positive control: the control API answers the host side: {answer}"
     );
 
-    // From inside environment A's running service: every route denied.
+    // From inside environment A's running service: every route denied, and nothing of it
+    // arrived at any outside host. (ICMP, E8, has no listener to count it: it is judged by the
+    // reply that did not come, as the other two, E15 and E16, are by their listeners' answers.)
+    let before_inside = arrived().await;
     let inside = probe_in(&docker, &a, &image, &web_a, &battery).await;
     for (route, outcome) in &inside {
         assert_eq!(
@@ -263,6 +324,11 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
             "{route} from inside a service: {inside:?}"
         );
     }
+    assert_eq!(
+        arrived().await,
+        before_inside,
+        "nothing from inside a service may arrive at an outside host"
+    );
 
     // E11: a client that ignores its proxy settings resolves an outside name — through the
     // service's resolver, which forwards to the sidecar — and connects straight to port 80: it
@@ -310,6 +376,7 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
         .unwrap();
     let mut after_kill = battery.clone();
     after_kill.push(("sidecar-proxy", format!("tcp:{}:3128", side.internal_ip)));
+    let before_kill = arrived().await;
     let closed = probe_in(&docker, &a, &image, &web_a, &after_kill).await;
     for (route, outcome) in &closed {
         assert_ne!(
@@ -317,4 +384,9 @@ async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_not
             "{route} after the sidecar died: {closed:?}"
         );
     }
+    assert_eq!(
+        arrived().await,
+        before_kill,
+        "nothing may arrive at an outside host once the sidecar is dead"
+    );
 }

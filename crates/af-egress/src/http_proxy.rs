@@ -236,8 +236,10 @@ async fn handle(
         return refuse_invalid_host(pending, &shared);
     };
     // The one host decided is the one sent, whatever form the client wrote it in.
-    req.headers_mut()
-        .insert(header::HOST, request_host::canonical_host(&target, port));
+    let canonical = request_host::canonical_host(&target, port);
+    if req.headers().get(header::HOST) != Some(&canonical) {
+        req.headers_mut().insert(header::HOST, canonical);
+    }
     match decide(&target, &shared.policy) {
         Decision::Deny { reason } => {
             pending.finish(&shared.log, Verdict::Deny, &reason.to_string(), 0, 0);

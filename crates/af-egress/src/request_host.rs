@@ -90,11 +90,21 @@ pub enum NamedHost {
 /// `authority` (which the caller has found to be an `http://` one): that authority, when no
 /// `Host` field disagrees with it.
 pub fn forwarded(authority: &str, headers: &HeaderMap) -> NamedHost {
+    // The common case, checked without parsing twice: no Host field, or one that repeats the
+    // URL's authority as a client built from the URL writes it.
+    let repeated = match host_field(headers) {
+        Ok(None) => true,
+        Ok(Some(field)) => field.as_bytes().eq_ignore_ascii_case(authority.as_bytes()),
+        Err(ambiguous) => return NamedHost::Ambiguous(ambiguous),
+    };
     let target = match authority_of(authority) {
         Some(Ok(target)) => target,
         Some(Err(ambiguous)) => return NamedHost::Ambiguous(ambiguous),
         None => return NamedHost::Unreadable,
     };
+    if repeated {
+        return NamedHost::One(target.0, target.1);
+    }
     match agreeing(&target, headers) {
         Ok(()) => NamedHost::One(target.0, target.1),
         Err(ambiguous) => NamedHost::Ambiguous(ambiguous),

@@ -533,12 +533,14 @@ check!(e20, ctx, {
         format!("e9=udp:{}:53", public(ctx)),
         format!("origin-direct=tcp:{}", ctx.harness.origin_address()),
     ];
+    let settled = ctx.harness.outside_hosts().arrivals().await?;
     let after = ctx.harness.try_in_service(&id, "agent", &routes).await?;
     for result in &after {
         require(result.outcome == "denied", || {
             format!("with the sidecar stopped: {after:?}")
         })?;
     }
+    super::nothing_arrived(ctx, &settled, "a route tried with the sidecar stopped").await?;
     Ok(format!(
         "{} routes denied with the sidecar stopped",
         after.len()

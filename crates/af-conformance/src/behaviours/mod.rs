@@ -84,9 +84,58 @@ pub async fn try_outside(
     Ok(outcomes(ctx.harness.try_from_outside(routes).await?))
 }
 
+/// What has reached the outside hosts that count (by address).
+type Counted = BTreeMap<String, af_docker::test_hosts::Arrivals>;
+
+/// The outside hosts' counters once what `routes` sent them is all in: at least `before` plus
+/// what the routes add. A host counts a connection as its server accepts it, a moment after the
+/// client saw it established, so the counters are asked again (for up to 10 s) until they show
+/// it; `Err` says which host never did — the positive control did not land.
+pub async fn landed(ctx: &Ctx<'_>, before: &Counted, routes: &[String]) -> Result<Counted, String> {
+    let expected = crate::outside::expected_arrivals(routes);
+    // Only hosts that count: a route to anything else is judged by its answer alone.
+    let all_in = |now: &Counted| {
+        expected.iter().all(|(host, add)| match now.get(host) {
+            None => true,
+            Some(is) => {
+                let was = before.get(host).copied().unwrap_or_default();
+                is.connections >= was.connections + add.connections
+                    && is.dns_queries >= was.dns_queries + add.dns_queries
+            }
+        })
+    };
+    let mut now = ctx.harness.outside_hosts().arrivals().await?;
+    for _ in 0..100 {
+        if all_in(&now) {
+            return Ok(now);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        now = ctx.harness.outside_hosts().arrivals().await?;
+    }
+    Err(format!(
+        "positive control: what the permitted client sent never arrived at the outside hosts: before {before:?}, now {now:?}, expected more by {expected:?}"
+    ))
+}
+
+/// Requires that nothing arrived at any outside host since `settled`: asked at once and again
+/// half a second later, so that a connection accepted a moment late is seen too.
+pub async fn nothing_arrived(ctx: &Ctx<'_>, settled: &Counted, what: &str) -> Result<(), String> {
+    for wait in [0, 500] {
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+        let now = ctx.harness.outside_hosts().arrivals().await?;
+        require(&now == settled, || {
+            format!("{what} arrived at an outside host: before {settled:?}, after {now:?}")
+        })?;
+    }
+    Ok(())
+}
+
 /// The core of most containment behaviours: every route escapes for the permitted client (so
-/// its listener answers), and is denied from inside a running service of the main environment.
+/// its listener answers, and what it sent is counted where it landed), and is denied from inside
+/// a running service of the main environment — judged at the outside hosts, which counted
+/// nothing of it, as well as by the outcome the service saw.
 pub async fn contained(ctx: &Ctx<'_>, routes: &[String]) -> Result<String, String> {
+    let before = ctx.harness.outside_hosts().arrivals().await?;
     let open = try_outside(ctx, routes).await?;
     for route in routes {
         let name = route.split('=').next().unwrap_or_default();
@@ -95,6 +144,7 @@ pub async fn contained(ctx: &Ctx<'_>, routes: &[String]) -> Result<String, Strin
             || format!("positive control: {name} did not answer a permitted client: {open:?}"),
         )?;
     }
+    let settled = landed(ctx, &before, routes).await?;
     let id = main_env(ctx).await?;
     let inside = try_inside(ctx, &id, "agent", routes).await?;
     for route in routes {
@@ -104,8 +154,9 @@ pub async fn contained(ctx: &Ctx<'_>, routes: &[String]) -> Result<String, Strin
             || format!("{name} from inside a service: {inside:?}"),
         )?;
     }
+    nothing_arrived(ctx, &settled, "a route tried from inside a service").await?;
     Ok(format!(
-        "permitted client: {open:?}; from inside: {inside:?}"
+        "permitted client: {open:?}; from inside: {inside:?}; nothing arrived outside"
     ))
 }
 

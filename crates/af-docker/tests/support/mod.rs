@@ -68,6 +68,16 @@ impl Outside {
     }
 }
 
+impl Outside {
+    /// What has reached this host so far: where a route is judged.
+    pub async fn arrivals(&self) -> af_docker::test_hosts::Arrivals {
+        self.inner
+            .arrivals()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
 impl Drop for Outside {
     fn drop(&mut self) {
         let (docker, inner) = (self.docker.clone(), self.inner.clone());
