@@ -187,6 +187,8 @@ async fn a_foreign_network_with_our_name_is_refused_and_left_alone() {
         "left untouched"
     );
     docker.remove_network(&name).await.unwrap();
+    // The egress network `ensure` made beside the refusal is ours: down removes it now.
+    teardown::down(&docker, &env).await.unwrap();
 }
 
 #[tokio::test]
