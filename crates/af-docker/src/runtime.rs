@@ -436,8 +436,11 @@ impl Runtime for LocalRuntime {
             );
             let judged = async {
                 let (containment, sidecar) = tokio::join!(probe, start_sidecar());
-                let containment = after_verdict(containment).await?;
-                Ok::<_, RuntimeError>((containment, sidecar?))
+                // A sidecar that did not start is the error to report: the probe's verdict
+                // (its positive control unanswered) only follows from it.
+                let verdict = after_verdict(containment).await;
+                let sidecar = sidecar?;
+                Ok::<_, RuntimeError>((verdict?, sidecar))
             };
             let (after, prepared) = tokio::join!(judged, preparing);
             let (containment, sidecar) = after?;
