@@ -88,6 +88,20 @@ fn handle_query(
         Ok(question) => question,
         Err(unreadable) => {
             shared.metrics.dns(DnsOutcome::Malformed);
+            // A query with a readable header is recorded: a label over 63 bytes or a name over
+            // 255 is refused here, and a refusal goes in the log like any other.
+            if unreadable.id.is_some() {
+                Pending::new(&shared.environment, client, "dns", "QUERY", "", 53).finish(
+                    &shared.log,
+                    Verdict::Deny,
+                    &DenyReason::DnsMalformed {
+                        why: unreadable.why,
+                    }
+                    .to_string(),
+                    0,
+                    0,
+                );
+            }
             return match unreadable.id {
                 Some(id) => Handling::Reply(format_error(id)),
                 None => Handling::Drop,
@@ -309,14 +323,16 @@ async fn tcp_connection(
     }
 }
 
-async fn read_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
+/// One length-prefixed DNS message over TCP (RFC 1035 section 4.2.2).
+pub(crate) async fn read_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
     let len = usize::from(stream.read_u16().await.ok()?);
     let mut message = vec![0u8; len];
     stream.read_exact(&mut message).await.ok()?;
     Some(message)
 }
 
-async fn write_message(stream: &mut TcpStream, message: &[u8]) -> std::io::Result<()> {
+/// Writes `message` with its two-byte length, in one write.
+pub(crate) async fn write_message(stream: &mut TcpStream, message: &[u8]) -> std::io::Result<()> {
     let len =
         u16::try_from(message.len()).map_err(|_| std::io::Error::other("DNS message too long"))?;
     let mut framed = Vec::with_capacity(message.len() + 2);

@@ -80,6 +80,8 @@ pub enum DenyReason {
     DnsQueryType,
     /// A DNS name with a label that is not a host name's (letters, digits, `-`, `_`).
     DnsNameNotHostName,
+    /// A DNS query whose header was read but whose question was not (`why`).
+    DnsMalformed { why: &'static str },
     /// Outbound mail, with mail capture off.
     Mail,
 }
@@ -99,6 +101,7 @@ impl fmt::Display for DenyReason {
             DenyReason::ClientHelloTimeout => f.write_str("client-hello-timeout"),
             DenyReason::DnsQueryType => f.write_str("dns-query-type"),
             DenyReason::DnsNameNotHostName => f.write_str("dns-name-not-ldh"),
+            DenyReason::DnsMalformed { why } => write!(f, "dns-malformed:{why}"),
             DenyReason::Mail => f.write_str("mail-denied"),
         }
     }

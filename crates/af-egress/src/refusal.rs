@@ -259,6 +259,9 @@ fn next_step(reason: &DenyReason) -> &'static str {
         DenyReason::DnsNameNotHostName => {
             "ask for host names only: labels of letters, digits, `-` and `_`"
         }
+        DenyReason::DnsMalformed { .. } => {
+            "send one question whose name is written whole: labels of at most 63 bytes, 255 in all"
+        }
         DenyReason::Mail => "to capture outbound mail, set `egress.mail: capture`",
     }
 }

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::answer_cache::{AnswerCache, CachePolicy};
 use crate::config::ResolverConfig;
@@ -253,12 +252,8 @@ async fn over_tcp(
     qtype: u16,
 ) -> Option<Reading> {
     let mut stream = tokio::net::TcpStream::connect(server).await.ok()?;
-    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
-    framed.extend_from_slice(query);
-    stream.write_all(&framed).await.ok()?;
-    let len = usize::from(stream.read_u16().await.ok()?);
-    let mut answer = vec![0u8; len];
-    stream.read_exact(&mut answer).await.ok()?;
+    crate::dns::write_message(&mut stream, query).await.ok()?;
+    let answer = crate::dns::read_message(&mut stream).await?;
     match read_answer(&answer, id, name, qtype) {
         // Over TCP an answer is never cut short; one still marked so is not trusted whole.
         Reading::Answer(addresses) => Some(Reading::Answer(addresses)),

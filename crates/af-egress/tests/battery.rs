@@ -567,6 +567,21 @@ fn e22_a_label_with_dots_is_not_an_internal_name() {
             refused.iter().all(|r| r["rule"] == "dns-name-not-ldh"),
             "{refused:?}"
         );
+
+        // Past the wire's limits — five labels of 63 bytes (a name over 255) — it is FORMERR,
+        // never forwarded, and recorded too.
+        let long = [&[b'a'; 63][..]; 5];
+        let mut too_long = long.to_vec();
+        too_long.extend([&b"svc"[..], b"cluster", b"local"]);
+        assert_eq!(ask_responder(&query_of_labels(&too_long, 1)).await, Some(1));
+        assert_eq!(resolver_saw.lock().unwrap().len(), 1, "not forwarded");
+        let malformed = decisions("?verdict=deny").await;
+        assert!(
+            malformed
+                .iter()
+                .any(|r| r["rule"] == "dns-malformed:name longer than 255 bytes"),
+            "{malformed:?}"
+        );
     });
 }
 
