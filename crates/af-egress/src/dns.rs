@@ -30,8 +30,8 @@ enum Handling {
     /// Answer these bytes.
     Reply(Vec<u8>),
     /// Send this query (rebuilt from the client's question, under the client's id) to the
-    /// platform's resolver, and relay its answer.
-    Forward(Vec<u8>),
+    /// platform's resolver at this address, and relay its answer.
+    Forward(Vec<u8>, SocketAddr),
     /// Unreadable without even an id: say nothing.
     Drop,
 }
@@ -115,9 +115,9 @@ fn handle_query(
     }
     if zones.contains(&question.name) {
         return match dns.upstream {
-            Some(_) => {
+            Some(upstream) => {
                 shared.metrics.dns(DnsOutcome::Forwarded);
-                Handling::Forward(question.forwarded_query())
+                Handling::Forward(question.forwarded_query(), upstream)
             }
             None => Handling::Reply(question.empty_response(RCODE_SERVFAIL)),
         };
@@ -188,20 +188,22 @@ pub async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, dns: Arc<DnsConfi
                     let Some(client) = client else { continue };
                     match handle_query(query, client, &shared, &dns, &zones) {
                         Handling::Reply(reply) => replies.push((reply, Some(client))),
-                        Handling::Forward(_) if resolver.is_empty() => {
+                        Handling::Forward(..) if resolver.is_empty() => {
                             if let Ok(question) = read_query(query) {
                                 replies
                                     .push((question.empty_response(RCODE_SERVFAIL), Some(client)));
                             }
                         }
-                        Handling::Forward(rebuilt) => match table.forward(rebuilt, client, now) {
-                            Forward::Send(sent) => {
-                                let id = u16::from_be_bytes([sent[0], sent[1]]);
-                                forwards[usize::from(id) % resolver.len()].push((sent, None));
+                        Handling::Forward(rebuilt, _) => {
+                            match table.forward(rebuilt, client, now) {
+                                Forward::Send(sent) => {
+                                    let id = u16::from_be_bytes([sent[0], sent[1]]);
+                                    forwards[usize::from(id) % resolver.len()].push((sent, None));
+                                }
+                                Forward::Joined => shared.metrics.dns_joined(),
+                                Forward::Dropped => {}
                             }
-                            Forward::Joined => shared.metrics.dns_joined(),
-                            Forward::Dropped => {}
-                        },
+                        }
                         Handling::Drop => {}
                     }
                 }
@@ -308,12 +310,9 @@ async fn tcp_connection(
         };
         let reply = match handle_query(&query, client, &shared, &dns, &zones) {
             Handling::Reply(reply) => Some(reply),
-            Handling::Forward(rebuilt) => match dns.upstream {
-                Some(upstream) => {
-                    forward_tcp(&rebuilt, upstream, shared.limits.dns_forward_timeout()).await
-                }
-                None => None,
-            },
+            Handling::Forward(rebuilt, upstream) => {
+                forward_tcp(&rebuilt, upstream, shared.limits.dns_forward_timeout()).await
+            }
             Handling::Drop => return,
         };
         let Some(reply) = reply else { return };
