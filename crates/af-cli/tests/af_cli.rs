@@ -246,9 +246,11 @@ fn render_prints_every_kubernetes_object_in_apply_order() {
     assert_eq!(kinds.first(), Some(&"Namespace"));
     assert_eq!(kinds.iter().filter(|k| **k == "NetworkPolicy").count(), 6);
     let probe = kinds.iter().position(|k| *k == "Pod").unwrap();
-    let first_deployment = kinds.iter().position(|k| *k == "Deployment").unwrap();
+    let deployments: Vec<usize> = (0..kinds.len())
+        .filter(|i| kinds[*i] == "Deployment")
+        .collect();
     assert!(
-        probe < first_deployment,
-        "the probe before the sidecar and the services: {kinds:?}"
+        deployments[0] < probe && probe < deployments[1],
+        "the probe after the sidecar (its positive control) and before every service: {kinds:?}"
     );
 }

@@ -7,7 +7,6 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use af_manifest::{EnvValue, EnvironmentId, Service};
-use af_runtime::{FindingKind, RouteFinding, RuntimeErrorKind};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
 
@@ -201,22 +200,11 @@ async fn gate(
     gate.extend(at.gate_targets.iter().cloned());
     let verdict = one_shot::exec_in_holder(docker, holder, &gate).await?;
     if verdict.exit_code != 0 {
-        let reason: serde_json::Value =
-            serde_json::from_str(verdict.stdout.lines().last().unwrap_or_default())
-                .unwrap_or_default();
-        return Err(DockerError::Runtime(
-            RuntimeErrorKind::ContainmentRefused {
-                findings: vec![RouteFinding {
-                    route: format!("the startup gate of {workload}"),
-                    outcome: reason["reason"]
-                        .as_str()
-                        .unwrap_or(verdict.stderr.trim())
-                        .to_string(),
-                    kind: gate_finding_kind(&reason),
-                }],
-            }
-            .into(),
-        ));
+        return Err(DockerError::Runtime(af_runtime::gate_refusal(
+            workload,
+            &verdict.stdout,
+            &verdict.stderr,
+        )));
     }
     Ok(())
 }
@@ -500,27 +488,6 @@ pub async fn last_log_lines(docker: &Docker, container: &str, count: usize) -> S
         .map(|l| format!("  {l}"))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// Which cause a failed gate's verdict shows: a route that got out, a sidecar that never
-/// answered, routes left unanswered — or no verdict at all.
-fn gate_finding_kind(verdict: &serde_json::Value) -> FindingKind {
-    let outcomes: Vec<&str> = verdict["routes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r["outcome"].as_str())
-        .collect();
-    let reason = verdict["reason"].as_str();
-    if outcomes.contains(&"escaped") {
-        FindingKind::Escaped
-    } else if reason.is_some_and(|r| r.starts_with("the sidecar's")) {
-        FindingKind::SidecarUnreachable
-    } else if outcomes.contains(&"unanswered") {
-        FindingKind::Unanswered
-    } else {
-        FindingKind::NoVerdict
-    }
 }
 
 #[cfg(test)]

@@ -225,6 +225,15 @@ pub fn pod_requests(pod: &Pod) -> Amount {
     }
 }
 
+/// The pods that are not the environment's own: those outside its `namespace`. Its own (the
+/// services', the sidecar's, a leftover probe's) are what an `up` replaces or keeps, so counting
+/// them as used would refuse a second `up` on a full cluster for room it already has.
+pub fn others_pods(pods: Vec<Pod>, namespace: &str) -> Vec<Pod> {
+    pods.into_iter()
+        .filter(|pod| pod.metadata.namespace.as_deref() != Some(namespace))
+        .collect()
+}
+
 /// A node's room from the Node object and the pods the cluster has placed on it.
 pub fn node_room(node: &Node, pods: &[Pod]) -> NodeRoom {
     let name = node.metadata.name.clone().unwrap_or_default();

@@ -1,8 +1,9 @@
 //! The Kubernetes runtime: `up`, `down` and `status` of an environment on a cluster, in the
-//! order the guarantee needs (seed 000, with the sidecar before the probe, issue 27): fit check →
-//! namespace → policies → sidecar (its Service first: its ClusterIP is every pod's resolver) →
-//! containment probe (whose positive control is the sidecar) → migrations → services →
-//! readiness. Everything is rendered by [`crate::render`] and applied server-side with one field
+//! order the guarantee needs (seed 000, with the sidecar before the probe, issue 27): version
+//! check → fit check → namespace → policies → sidecar (its Service first: its ClusterIP is every
+//! pod's resolver) → containment probe (whose positive control is the sidecar) → every Service →
+//! the start waves of `depends_on`, each its migrations, its Deployments, their readiness (as the
+//! local runtime starts them) → ingresses. Everything is rendered by [`crate::render`] and applied server-side with one field
 //! manager, so a second `up` sends the same objects and changes nothing.
 
 use std::collections::BTreeMap;
@@ -457,6 +458,7 @@ impl Runtime for KubeRuntime {
         progress: &dyn ProgressSink,
     ) -> Result<UpReport, RuntimeError> {
         self.refuse_unsupported(&environment.manifest)?;
+        crate::apply::version::check(&self.client).await?;
         progress.emit(ProgressEvent::Notice {
             message: format!("af up is about to change {}", self.target),
         });
@@ -484,7 +486,12 @@ impl Runtime for KubeRuntime {
             progress,
             Step::FitCheck,
             "the environment's sizes against the free room",
-            fit::check(client.clone(), &crate::fit::instances(&sized), progress),
+            fit::check(
+                client.clone(),
+                &crate::fit::instances(&sized),
+                &self.namespace(&environment.id),
+                progress,
+            ),
         )
         .await?;
         let name = self.namespace(&environment.id);
@@ -625,37 +632,49 @@ impl Runtime for KubeRuntime {
                 ))])
                 .await?;
         }
-        for migration in &rendered.migrations {
-            let detail = migration.metadata.name.clone().unwrap_or_default();
-            changed |= af_runtime::run_step(progress, Step::Migrations, &detail, {
-                job::run(client.clone(), &name, migration, job::PATIENCE)
-            })
+        // Every Service first (a name resolves, and has its ClusterIP, before anything calls
+        // it); then the services in the waves `depends_on` makes, as the local runtime starts
+        // them: a service's migration once the services it depends on are ready, then the
+        // service, ready before the next wave.
+        changed |= self
+            .apply_all(rendered.services.iter().cloned().map(Object::Service))
+            .await?;
+        for wave in rendered.waves() {
+            for migration in &wave.migrations {
+                let detail = migration.metadata.name.clone().unwrap_or_default();
+                changed |= af_runtime::run_step(progress, Step::Migrations, &detail, {
+                    job::run(client.clone(), &name, migration, job::PATIENCE)
+                })
+                .await?;
+            }
+            let deployments: Vec<Object> = wave
+                .deployments
+                .iter()
+                .map(|d| Object::Deployment((*d).clone()))
+                .collect();
+            let names: Vec<String> = wave
+                .deployments
+                .iter()
+                .filter_map(|d| d.metadata.name.clone())
+                .collect();
+            changed |= af_runtime::run_step(
+                progress,
+                Step::Services,
+                &names.join(", "),
+                self.apply_all(deployments),
+            )
+            .await?;
+            af_runtime::run_step(
+                progress,
+                Step::Readiness,
+                &format!("every replica of {}", names.join(", ")),
+                readiness::wait(client.clone(), &name, &names, readiness::PATIENCE),
+            )
             .await?;
         }
-        let names: Vec<String> = rendered
-            .deployments
-            .iter()
-            .filter_map(|d| d.metadata.name.clone())
-            .collect();
-        changed |= af_runtime::run_step(progress, Step::Services, &names.join(", "), {
-            self.apply_all(
-                rendered
-                    .services
-                    .iter()
-                    .cloned()
-                    .map(Object::Service)
-                    .chain(rendered.deployments.iter().cloned().map(Object::Deployment))
-                    .chain(rendered.ingresses.iter().cloned().map(Object::Ingress)),
-            )
-        })
-        .await?;
-        af_runtime::run_step(
-            progress,
-            Step::Readiness,
-            "every replica of every service",
-            readiness::wait(client.clone(), &name, &names, readiness::PATIENCE),
-        )
-        .await?;
+        changed |= self
+            .apply_all(rendered.ingresses.iter().cloned().map(Object::Ingress))
+            .await?;
         // What an earlier manifest had and this one does not: removed once the services it has
         // are up, as the local runtime does.
         changed |= prune::remove_stale(

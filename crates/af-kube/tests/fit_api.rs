@@ -74,9 +74,14 @@ fn cluster() -> api::Script {
 #[tokio::test]
 async fn an_environment_larger_than_what_is_free_is_af_run_047_naming_the_shortfall() {
     // 64 CPU sit on nodes that take nothing; 1 of the 4 on the last node is free.
-    let err = check(scripted(cluster()), &[web(2000)], &Recorded::default())
-        .await
-        .unwrap_err();
+    let err = check(
+        scripted(cluster()),
+        &[web(2000)],
+        "af-shop-main",
+        &Recorded::default(),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), RunCode::DoesNotFit);
     let text = err.to_string();
     assert!(
@@ -92,6 +97,7 @@ async fn an_environment_that_fits_passes() {
     check(
         scripted(cluster()),
         &[web(500), web(500)],
+        "af-shop-main",
         &Recorded::default(),
     )
     .await
@@ -119,7 +125,9 @@ async fn a_cluster_that_forbids_listing_nodes_passes_with_a_message() {
         ),
     ]);
     let progress = Recorded::default();
-    check(client, &[web(64000)], &progress).await.unwrap();
+    check(client, &[web(64000)], "af-shop-main", &progress)
+        .await
+        .unwrap();
     let events = progress.0.lock().unwrap();
     let said = events.iter().any(|e| {
         matches!(e, ProgressEvent::Notice { message }
@@ -136,7 +144,7 @@ async fn another_api_failure_is_af_run_001_naming_the_list() {
         500,
         status(500, "InternalError", "etcd unavailable"),
     )]);
-    let err = check(client, &[web(1)], &Recorded::default())
+    let err = check(client, &[web(1)], "af-shop-main", &Recorded::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), RunCode::PlatformFailed);

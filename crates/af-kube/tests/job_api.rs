@@ -42,6 +42,15 @@ async fn a_migration_that_completes_lets_up_go_on() {
         ("GET", JOB, 404, api::status(404, "NotFound", "not found")),
         ("PATCH", JOB, 200, with_status(json!({}))),
         ("GET", JOB, 200, with_status(json!({"active": 1}))),
+        // While it runs, its pod is looked at for a problem that would never go away.
+        (
+            "GET",
+            "/api/v1/namespaces/af-shop-main/pods",
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {},
+                "items": [{"metadata": {"name": "af-migrate-web-x7k2p"},
+                    "status": {"phase": "Running"}}]}),
+        ),
         ("GET", JOB, 200, with_status(json!({"succeeded": 1}))),
     ]);
     run(client, "af-shop-main", &job(), quick()).await.unwrap();

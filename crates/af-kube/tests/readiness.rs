@@ -1,13 +1,23 @@
 //! What a pod says about whether it will become ready, row by row: an image that cannot be
-//! pulled, a crash loop, no node to run on, a startup gate that refused; and what "ready" is.
+//! pulled, a crash loop, no node to run on, the node refusing it, a startup gate that refused;
+//! and what "ready" is.
 
-use af_kube::apply::readiness::{all_ready, pod_problem};
+use af_kube::apply::readiness::{PodProblem, all_ready, pod_problem};
+use af_runtime::PodFailureKind;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 fn pod(status: serde_json::Value) -> Pod {
     serde_json::from_value(json!({"metadata": {"name": "web-1"}, "status": status})).unwrap()
+}
+
+/// The cause and the words of a pod that will not start.
+fn will_not_start(problem: Option<PodProblem>) -> (PodFailureKind, String) {
+    match problem {
+        Some(PodProblem::WillNotStart { cause, detail, .. }) => (cause, detail),
+        other => panic!("not a pod that will not start: {other:?}"),
+    }
 }
 
 fn container(name: &str, state: serde_json::Value) -> serde_json::Value {
@@ -26,7 +36,10 @@ fn a_running_pod_has_no_problem() {
 
 #[test]
 fn an_image_that_cannot_be_pulled_names_the_image() {
-    let found = pod_problem(&pod(json!({"containerStatuses": [container("web", json!({"waiting": {"reason": "ErrImagePull"}}))]}))).unwrap();
+    let (cause, found) = will_not_start(pod_problem(&pod(
+        json!({"containerStatuses": [container("web", json!({"waiting": {"reason": "ErrImagePull"}}))]}),
+    )));
+    assert_eq!(cause, PodFailureKind::ImageUnavailable);
     assert!(
         found.starts_with("ErrImagePull") && found.contains("shop/web:1"),
         "{found}"
@@ -37,7 +50,8 @@ fn an_image_that_cannot_be_pulled_names_the_image() {
 fn a_crash_loop_names_the_container_and_its_last_exit() {
     let mut looping = container("web", json!({"waiting": {"reason": "CrashLoopBackOff"}}));
     looping["lastState"] = json!({"terminated": {"exitCode": 2}});
-    let found = pod_problem(&pod(json!({"containerStatuses": [looping]}))).unwrap();
+    let (cause, found) = will_not_start(pod_problem(&pod(json!({"containerStatuses": [looping]}))));
+    assert_eq!(cause, PodFailureKind::CrashLoop);
     assert_eq!(
         found,
         "CrashLoopBackOff: container web keeps exiting, last exit 2"
@@ -46,11 +60,11 @@ fn a_crash_loop_names_the_container_and_its_last_exit() {
 
 #[test]
 fn an_unschedulable_pod_says_why() {
-    let found = pod_problem(&pod(
+    let (cause, found) = will_not_start(pod_problem(&pod(
         json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
         "message": "0/1 nodes are available: 1 Insufficient cpu."}]}),
-    ))
-    .unwrap();
+    )));
+    assert_eq!(cause, PodFailureKind::Unschedulable);
     assert_eq!(
         found,
         "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
@@ -59,12 +73,34 @@ fn an_unschedulable_pod_says_why() {
 
 #[test]
 fn a_gate_that_refused_is_named() {
-    let found = pod_problem(&pod(json!({"initContainerStatuses": [container("af-gate", json!({"terminated": {"exitCode": 1}}))]}))).unwrap();
-    assert!(found.starts_with("the startup gate refused"), "{found}");
+    let found = pod_problem(&pod(
+        json!({"initContainerStatuses": [container("af-gate", json!({"terminated": {"exitCode": 43}}))]}),
+    ));
+    assert_eq!(found, Some(PodProblem::GateRefused { exit_code: 43 }));
     // A gate that passed is no problem.
     assert_eq!(
         pod_problem(&pod(
             json!({"initContainerStatuses": [container("af-gate", json!({"terminated": {"exitCode": 0}}))]})
+        )),
+        None
+    );
+}
+
+/// What a real kubelet before 1.22 did to the sidecar's pod: failed it before any container
+/// ran. An evicted pod is not such a refusal: its replacement may run.
+#[test]
+fn a_pod_the_node_refused_is_named_with_the_kubelets_reason() {
+    let (cause, found) = will_not_start(pod_problem(&pod(json!({"phase": "Failed",
+        "reason": "SysctlForbidden",
+        "message": "Pod forbidden sysctl: \"net.ipv4.ip_unprivileged_port_start\" not allowlisted"}))));
+    assert_eq!(cause, PodFailureKind::RejectedByNode);
+    assert!(
+        found.contains("SysctlForbidden") && found.contains("ip_unprivileged_port_start"),
+        "{found}"
+    );
+    assert_eq!(
+        pod_problem(&pod(
+            json!({"phase": "Failed", "reason": "Evicted", "message": "low on memory"})
         )),
         None
     );

@@ -5,202 +5,23 @@
 //! (so `down` removes them) and before any workload; a failed migration stopping `up` before the
 //! services.
 
+mod api;
+mod fake_cluster;
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use af_kube::KubeRuntime;
 use af_kube::render::Cluster;
 use af_manifest::{EnvValue, ImageSource, Manifest};
 use af_runtime::{Environment, ProgressEvent, ProgressSink, RunCode, Runtime};
-use http::{Request, Response};
-use kube::client::Body;
-use serde_json::{Value, json};
+use fake_cluster::{Shared, serve};
+use serde_json::json;
 
 struct Quiet;
 
 impl ProgressSink for Quiet {
     fn emit(&self, _: ProgressEvent) {}
-}
-
-#[derive(Default)]
-struct Fake {
-    objects: BTreeMap<String, Value>,
-    writes: Vec<String>,
-    probe_escapes: bool,
-    migration_fails: bool,
-    /// The images every node reports having.
-    node_images: Vec<String>,
-}
-
-type Shared = Arc<Mutex<Fake>>;
-
-/// (collection, name, subresource) of an API path: `af-shop-main/pods`, `af-probe`, `log`.
-fn parts(path: &str) -> (String, Option<String>, Option<String>) {
-    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let rest = if segments[0] == "api" {
-        &segments[2..]
-    } else {
-        &segments[3..]
-    };
-    if rest[0] == "namespaces" && rest.len() >= 3 {
-        (
-            format!("{}/{}", rest[1], rest[2]),
-            rest.get(3).map(|s| s.to_string()),
-            rest.get(4).map(|s| s.to_string()),
-        )
-    } else {
-        (
-            rest[0].to_string(),
-            rest.get(1).map(|s| s.to_string()),
-            None,
-        )
-    }
-}
-
-/// What a healthy cluster would have filled in.
-fn with_status(collection: &str, mut object: Value, fake: &Fake) -> Value {
-    let resource = collection.rsplit('/').next().unwrap_or_default();
-    match resource {
-        "services" => object["spec"]["clusterIP"] = json!("10.43.0.53"),
-        "deployments" => {
-            let wanted = object["spec"]["replicas"].as_i64().unwrap_or(1);
-            object["status"] = json!({"readyReplicas": wanted, "replicas": wanted});
-        }
-        "jobs" if fake.migration_fails => object["status"] = json!({"failed": 1}),
-        "jobs" => object["status"] = json!({"succeeded": 1}),
-        "pods" => {
-            let exit = if fake.probe_escapes { 1 } else { 0 };
-            object["status"] = json!({"phase": if exit == 0 {"Succeeded"} else {"Failed"},
-                "containerStatuses": [{"name": "af-probe", "image": "x", "imageID": "", "ready": false,
-                    "restartCount": 0, "state": {"terminated": {"exitCode": exit}}}]});
-        }
-        _ => {}
-    }
-    object
-}
-
-fn list(items: Vec<Value>) -> Value {
-    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items})
-}
-
-fn not_found() -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
-}
-
-/// Whether `object` carries every `key=value` of a list's `labelSelector` (as kube encodes it in
-/// the query).
-fn selected(object: &Value, query: &str) -> bool {
-    let Some(selector) = query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("labelSelector="))
-    else {
-        return true;
-    };
-    let selector = selector
-        .replace("%3D", "=")
-        .replace("%2C", ",")
-        .replace("%2F", "/");
-    let labels = &object["metadata"]["labels"];
-    selector.split(',').all(|term| match term.split_once('=') {
-        Some((key, value)) => labels[key] == value,
-        None => !labels[term].is_null(),
-    })
-}
-
-fn answer(fake: &mut Fake, method: &str, path: &str, query: &str, body: &[u8]) -> (u16, Value) {
-    let (collection, name, sub) = parts(path);
-    let key = |name: &str| format!("{collection}/{name}");
-    match (method, name.as_deref(), sub.as_deref()) {
-        ("GET", None, _) if collection == "nodes" => (
-            200,
-            list(vec![json!({"metadata": {"name": "k3d-0"},
-            "spec": {}, "status": {"allocatable": {"cpu": "16", "memory": "32Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "images": [{"names": fake.node_images}]}})]),
-        ),
-        ("GET", None, _) if collection.ends_with("/pods") && fake.migration_fails => (
-            200,
-            list(vec![json!({"metadata": {"name": "af-migrate-web-x"}})]),
-        ),
-        ("GET", None, _) => {
-            let prefix = format!("{collection}/");
-            let items = fake
-                .objects
-                .iter()
-                .filter(|(key, object)| key.starts_with(&prefix) && selected(object, query))
-                .map(|(_, object)| with_status(&collection, object.clone(), fake))
-                .collect();
-            (200, list(items))
-        }
-        ("GET", Some(name), Some("log")) => {
-            let outcome = if fake.probe_escapes {
-                "escaped"
-            } else {
-                "denied"
-            };
-            let text = if name == "af-probe" {
-                json!({"check": "probe", "contained": !fake.probe_escapes,
-                    "control": {"target": "tcp 10.43.0.53:3128", "reached": true, "detail": "the sidecar answered"},
-                    "routes": [
-                    {"route": "public-tcp", "target": "tcp 203.0.113.10:443", "outcome": outcome, "detail": ""}]})
-                .to_string()
-            } else {
-                "applying 0001\nERROR: it broke".to_string()
-            };
-            (200, Value::String(text))
-        }
-        ("GET", Some(name), _) => match fake.objects.get(&key(name)).cloned() {
-            Some(object) => (200, with_status(&collection, object, fake)),
-            None => (404, not_found()),
-        },
-        ("POST", None, _) => {
-            let object: Value = serde_json::from_slice(body).unwrap();
-            let name = object["metadata"]["name"].as_str().unwrap().to_string();
-            fake.writes.push(format!("POST {collection} {name}"));
-            fake.objects.insert(key(&name), object.clone());
-            (201, object)
-        }
-        ("PATCH", Some(name), _) => {
-            let object: Value = serde_json::from_slice(body).unwrap();
-            fake.writes.push(format!("PATCH {collection} {name}"));
-            fake.objects.insert(key(name), object.clone());
-            (200, with_status(&collection, object, fake))
-        }
-        ("DELETE", Some(name), _) => match fake.objects.remove(&key(name)) {
-            Some(object) => {
-                fake.writes.push(format!("DELETE {collection} {name}"));
-                (200, object)
-            }
-            None => (404, not_found()),
-        },
-        other => panic!("unexpected request {other:?} {path}"),
-    }
-}
-
-fn serve(fake: Shared) -> kube::Client {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    tokio::spawn(async move {
-        while let Some((request, respond)) = handle.next_request().await {
-            let method = request.method().to_string();
-            let path = request.uri().path().to_string();
-            let query = request.uri().query().unwrap_or_default().to_string();
-            let body = request.into_body().collect_bytes().await.unwrap();
-            let (status, value) = answer(&mut fake.lock().unwrap(), &method, &path, &query, &body);
-            let bytes = match value {
-                Value::String(text) => text.into_bytes(),
-                other => serde_json::to_vec(&other).unwrap(),
-            };
-            respond.send_response(
-                Response::builder()
-                    .status(status)
-                    .body(Body::from(bytes))
-                    .unwrap(),
-            );
-        }
-    });
-    kube::Client::new(service, "default")
 }
 
 /// The shop with images the nodes can pull and no value taken from af's environment.
@@ -288,10 +109,12 @@ async fn up_writes_in_the_seeds_order_and_a_second_up_writes_nothing_but_the_pro
         // The capture CA's certificate (the shop captures its payments API): after the sidecar,
         // before the first workload pod mounts it.
         format!("PATCH {ns}/configmaps af-capture-trust"),
-        format!("PATCH {ns}/jobs af-migrate-web"),
+        // Every Service, then the waves of `depends_on`: the worker, then web's migration (it
+        // calls the worker) and web and report.
         format!("PATCH {ns}/services worker"),
         format!("PATCH {ns}/services web"),
         format!("PATCH {ns}/deployments worker"),
+        format!("PATCH {ns}/jobs af-migrate-web"),
         format!("PATCH {ns}/deployments report"),
         format!("PATCH {ns}/deployments web"),
         format!("PATCH {ns}/ingresses web"),
@@ -331,8 +154,8 @@ async fn an_up_removes_what_the_manifest_no_longer_has() {
     runtime.up(&environment(), &Quiet).await.unwrap();
     writes(&fake);
     let ns = "af-shop-main";
-    fake.lock().unwrap().objects.insert(
-        format!("{ns}/configmaps/someone-elses"),
+    fake.lock().unwrap().insert(
+        &format!("{ns}/configmaps/someone-elses"),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "someone-elses", "namespace": ns}}),
     );
 
@@ -369,8 +192,8 @@ async fn an_up_removes_what_the_manifest_no_longer_has() {
     assert!(
         fake.lock()
             .unwrap()
-            .objects
-            .contains_key(&format!("{ns}/configmaps/someone-elses")),
+            .object(&format!("{ns}/configmaps/someone-elses"))
+            .is_some(),
         "an object without the environment's labels stays"
     );
 
@@ -381,8 +204,8 @@ async fn an_up_removes_what_the_manifest_no_longer_has() {
 #[tokio::test]
 async fn a_foreign_namespace_is_refused_before_any_write() {
     let fake = Shared::default();
-    fake.lock().unwrap().objects.insert(
-        "namespaces/af-shop-main".into(),
+    fake.lock().unwrap().insert(
+        "namespaces/af-shop-main",
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "af-shop-main", "labels": {"team": "x"}}}),
     );
     let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
@@ -435,7 +258,12 @@ async fn an_escaped_probe_route_stops_up_before_any_workload() {
 #[tokio::test]
 async fn a_failed_migration_stops_up_before_the_services() {
     let fake = Shared::default();
-    fake.lock().unwrap().migration_fails = true;
+    fake.lock().unwrap().script = Box::new(|origin, _| match origin.kind {
+        "Job" => fake_cluster::Fate::JobFails {
+            log: "applying 0001\nERROR: it broke".into(),
+        },
+        _ => fake_cluster::Fate::Healthy,
+    });
     let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
     assert!(err.to_string().contains("ERROR: it broke"), "{err}");
     let written = writes(&fake);
@@ -521,9 +349,224 @@ async fn on_k3d_built_images_and_the_engine_are_copied_into_the_nodes_once() {
         ],
         "what af built and its own image; an image: reference is the nodes' to pull"
     );
-    let web = fake.lock().unwrap().objects["af-shop-main/deployments/web"].clone();
+    let web = fake
+        .lock()
+        .unwrap()
+        .object("af-shop-main/deployments/web")
+        .unwrap()
+        .clone();
     assert_eq!(
         web["spec"]["template"]["spec"]["containers"][0]["image"],
         "af-shop-web:built"
     );
+}
+
+// The defects a real cluster found (issue 28), each on this tier, which answers as that cluster
+// did.
+
+/// Seed 000 and the local runtime: a service's migration runs once the services it depends on
+/// are ready. The shop's web migration calls the worker, so on a cluster where every Job ran
+/// before any Deployment existed it failed with `Connection refused`.
+#[tokio::test]
+async fn a_migration_runs_after_the_services_its_service_depends_on_are_ready() {
+    let fake = Shared::default();
+    fake.lock().unwrap().script = Box::new(|origin, cluster| {
+        if origin.kind == "Job" && !cluster.deployment_ready(&origin.namespace, "worker") {
+            return fake_cluster::Fate::JobFails {
+                log: "calling http://worker:9090/ready: Connection refused".into(),
+            };
+        }
+        fake_cluster::Fate::Healthy
+    });
+    runtime(&fake).up(&environment(), &Quiet).await.unwrap();
+    let written = writes(&fake);
+    let at = |line: &str| {
+        written
+            .iter()
+            .position(|w| w == line)
+            .unwrap_or_else(|| panic!("{line} in {written:#?}"))
+    };
+    let ns = "af-shop-main";
+    assert!(
+        at(&format!("PATCH {ns}/deployments worker"))
+            < at(&format!("PATCH {ns}/jobs af-migrate-web"))
+            && at(&format!("PATCH {ns}/jobs af-migrate-web"))
+                < at(&format!("PATCH {ns}/deployments web")),
+        "worker, then web's migration, then web: {written:#?}"
+    );
+}
+
+/// The nodes' room, sized so that the shop fits once beside what else runs, and not twice.
+fn node_that_fits_the_shop_once() -> (String, String) {
+    let rendered = support::rendered(&shop());
+    let needed = af_kube::fit::instances(&rendered)
+        .iter()
+        .fold(0, |sum, i| sum + i.requests.cpu_millis);
+    (format!("{}m", needed + needed / 2), "32Gi".to_string())
+}
+
+/// The free figure once counted the environment's own running pods as used, so on a small
+/// cluster the second, idempotent `up` was refused with AF-RUN-047 although it adds nothing.
+#[tokio::test]
+async fn a_second_up_is_not_refused_for_the_room_its_own_pods_take() {
+    let fake = Shared::default();
+    let (cpu, memory) = node_that_fits_the_shop_once();
+    fake.lock().unwrap().nodes = vec![(cpu.leak(), memory.leak())];
+    runtime(&fake).up(&environment(), &Quiet).await.unwrap();
+    let again = runtime(&fake).up(&environment(), &Quiet).await.unwrap();
+    assert!(again.unchanged);
+
+    // Another environment on the same node is still counted against: it would be added.
+    let other = Environment {
+        id: af_manifest::EnvironmentId::derive("shop", "other"),
+        ..environment()
+    };
+    let err = runtime(&fake).up(&other, &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::DoesNotFit, "{err}");
+}
+
+/// What a pod of `service` says, the rest healthy.
+fn with_fate(service: &'static str, fate: fake_cluster::Fate) -> Shared {
+    let fake = Shared::default();
+    fake.lock().unwrap().script = Box::new(move |origin, _| {
+        if origin.kind == "Deployment" && origin.name == service {
+            fate.clone()
+        } else {
+            fake_cluster::Fate::Healthy
+        }
+    });
+    fake
+}
+
+/// A pod the kubelet rejects is replaced every second by its ReplicaSet and never becomes
+/// ready: `up` once waited out its 300 s and then spoke of the Docker daemon. It must stop at
+/// the first rejected pod, with its own code and the kubelet's reason.
+#[tokio::test]
+async fn a_pod_the_kubelet_rejects_stops_up_at_once_with_the_reason() {
+    let fake = with_fate(
+        "af-sidecar",
+        fake_cluster::Fate::Rejected {
+            reason: "SysctlForbidden".into(),
+            message:
+                "Pod forbidden sysctl: \"net.ipv4.ip_unprivileged_port_start\" not allowlisted"
+                    .into(),
+        },
+    );
+    let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::PodWillNotStart, "{err}");
+    let text = format!("{err} {}", err.help());
+    assert!(
+        text.contains("SysctlForbidden") && text.contains("ip_unprivileged_port_start"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("docker"),
+        "advice that fits the cause: {text}"
+    );
+    let pods = fake.lock().unwrap().pods("af-shop-main").len();
+    assert!(
+        pods <= 3,
+        "stopped at the first rejected pods, not after {pods}"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_that_will_never_be_ready_stops_up_naming_its_cause() {
+    use fake_cluster::Fate;
+    let cases = [
+        (Fate::ImagePull, "ErrImagePull", "pull"),
+        (
+            Fate::Unschedulable {
+                message: "0/1 nodes are available: 1 node(s) had untolerated taint".into(),
+            },
+            "untolerated taint",
+            "scheduler",
+        ),
+        (
+            Fate::CrashLoop {
+                log: "listening on 0.0.0.0:9090\npanic: no database".into(),
+            },
+            "panic: no database",
+            "keeps exiting",
+        ),
+        (
+            Fate::Forbidden {
+                message:
+                    "pods \"worker-x\" is forbidden: violates PodSecurity \"restricted:latest\""
+                        .into(),
+            },
+            "violates PodSecurity",
+            "admission",
+        ),
+    ];
+    for (fate, said, advice) in cases {
+        let fake = with_fate("worker", fate.clone());
+        let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
+        assert_eq!(err.code(), RunCode::PodWillNotStart, "{fate:?}: {err}");
+        assert!(err.to_string().contains(said), "{fate:?}: {err}");
+        assert!(err.help().contains(advice), "{fate:?}: {}", err.help());
+    }
+}
+
+/// A gate that refused is the containment verdict of that pod: AF-RUN-043, with the gate's own
+/// words.
+#[tokio::test]
+async fn a_refusing_gate_is_a_containment_refusal_with_its_verdict() {
+    let verdict = json!({"check": "gate", "passed": false,
+        "reason": "routes still not denied at the deadline: public-tcp (tcp 203.0.113.10:443, escaped)",
+        "rounds_tried": 30, "consecutive_denied": 0, "elapsed_ms": 30000,
+        "routes": [{"route": "public-tcp", "target": "tcp 203.0.113.10:443", "outcome": "escaped", "detail": "connected"}]});
+    let fake = with_fate(
+        "worker",
+        fake_cluster::Fate::GateRefused {
+            log: verdict.to_string(),
+        },
+    );
+    let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::ContainmentRefused, "{err}");
+    assert!(err.to_string().contains("public-tcp"), "{err}");
+    assert!(
+        err.to_string().contains("worker"),
+        "names the service: {err}"
+    );
+}
+
+/// The oldest API server af supports is stated; an older one is refused before anything is
+/// written, naming both versions.
+#[tokio::test]
+async fn a_cluster_older_than_af_supports_is_refused_before_any_write() {
+    let fake = Shared::default();
+    fake.lock().unwrap().version = "v1.20.15".into();
+    let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::ClusterTooOld, "{err}");
+    assert!(
+        err.to_string().contains("1.20.15")
+            && err.to_string().contains(af_kube::apply::version::MINIMUM),
+        "{err}"
+    );
+    assert_eq!(writes(&fake), Vec::<String>::new());
+}
+
+/// `down` then `up` at once: the namespace is still terminating (it refuses new objects) and is
+/// waited out, then made again.
+#[tokio::test]
+async fn an_up_right_after_down_waits_for_the_namespace_to_finish_terminating() {
+    let fake = Shared::default();
+    let runtime = runtime(&fake);
+    runtime.up(&environment(), &Quiet).await.unwrap();
+    fake.lock().unwrap().terminating_reads = 2;
+    // What `down` does not wait for (another client deleted it): the namespace is Terminating.
+    let mut ns = fake
+        .lock()
+        .unwrap()
+        .object("namespaces/af-shop-main")
+        .unwrap()
+        .clone();
+    ns["status"]["phase"] = json!("Terminating");
+    ns["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    fake.lock().unwrap().insert("namespaces/af-shop-main", ns);
+    writes(&fake);
+    runtime.up(&environment(), &Quiet).await.unwrap();
+    let written = writes(&fake);
+    assert_eq!(written[0], "POST namespaces af-shop-main", "{written:#?}");
 }

@@ -29,6 +29,45 @@ impl Quantity {
         self.milli.div_ceil(1000)
     }
 
+    /// The quantity as the API server writes it back (apimachinery's canonical form): the same
+    /// kind of suffix as written, the largest one that keeps the number whole (`0.5` → `500m`,
+    /// `1000m` → `1`, `1.5Gi` → `1536Mi`, `2048Ki` → `2Mi`), and a binary figure below 1024 or with
+    /// a fraction of a byte in decimal. Sending this form is what lets a second `up` see the
+    /// object as already applied.
+    pub fn canonical(&self) -> String {
+        let binary = self.text.ends_with('i');
+        let exponent_form = self
+            .text
+            .trim_start_matches(['+', '-'])
+            .contains(['e', 'E']);
+        if binary && self.milli.is_multiple_of(1000) && self.milli >= 1_024_000 {
+            let mut value = self.milli / 1000;
+            let mut power = 0;
+            while value.is_multiple_of(1024) && power < 6 {
+                value /= 1024;
+                power += 1;
+            }
+            let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power];
+            return format!("{value}{suffix}");
+        }
+        // Decimal: the value is `milli` thousandths; the largest power of 1000 that divides it.
+        let mut value = self.milli;
+        let mut power = 0;
+        while value.is_multiple_of(1000) && power < 7 {
+            value /= 1000;
+            power += 1;
+        }
+        if exponent_form {
+            let exponent = 3 * power as i64 - 3;
+            return match exponent {
+                0 => value.to_string(),
+                e => format!("{value}e{e}"),
+            };
+        }
+        let suffix = ["m", "", "k", "M", "G", "T", "P", "E"][power];
+        format!("{value}{suffix}")
+    }
+
     /// Whether the quantity uses a suffix below one unit (`m`, `u`, `n`), which for memory means a
     /// fraction of a byte: almost always `Mi` meant and mistyped.
     pub fn has_sub_unit_suffix(&self) -> bool {
@@ -222,6 +261,35 @@ mod tests {
             Err(QuantityError::TooLarge)
         );
         assert_eq!(parse_quantity("1e200"), Err(QuantityError::TooLarge));
+    }
+
+    #[test]
+    fn canonical_forms_are_the_api_servers() {
+        // Each pair as a Kubernetes API server returns the first when sent it.
+        for (sent, returned) in [
+            ("250m", "250m"),
+            ("0.5", "500m"),
+            ("1000m", "1"),
+            ("1500m", "1500m"),
+            ("2", "2"),
+            ("1000", "1k"),
+            ("1024", "1024"),
+            ("128M", "128M"),
+            ("1.5Gi", "1536Mi"),
+            ("2048Ki", "2Mi"),
+            ("128Mi", "128Mi"),
+            ("1Gi", "1Gi"),
+            ("0.5Ki", "512"),
+            ("1e3", "1e3"),
+            ("1000e3", "1e6"),
+            ("0.1e3", "100"),
+        ] {
+            assert_eq!(
+                parse_quantity(sent).unwrap().canonical(),
+                returned,
+                "{sent}"
+            );
+        }
     }
 
     #[test]

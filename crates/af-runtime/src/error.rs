@@ -26,10 +26,15 @@ pub enum RunCode {
     SidecarConfigInvalid,
     /// netlock could not lock a sandbox's network namespace, or could not confirm it did.
     NetlockFailed,
+    /// A pod of the environment says it will never start (rejected, unpullable, unschedulable,
+    /// crash-looping, refused by admission): waiting longer would not help.
+    PodWillNotStart,
+    /// The cluster's Kubernetes version is older than af supports.
+    ClusterTooOld,
 }
 
 impl RunCode {
-    pub const ALL: [RunCode; 8] = [
+    pub const ALL: [RunCode; 10] = [
         RunCode::PlatformFailed,
         RunCode::EngineImage,
         RunCode::ContainmentRefused,
@@ -38,6 +43,8 @@ impl RunCode {
         RunCode::DoesNotFit,
         RunCode::SidecarConfigInvalid,
         RunCode::NetlockFailed,
+        RunCode::PodWillNotStart,
+        RunCode::ClusterTooOld,
     ];
 
     /// The process exit status for an error with this code: for the codes the specification fixes
@@ -52,6 +59,8 @@ impl RunCode {
             RunCode::DoesNotFit => 47,
             RunCode::SidecarConfigInvalid => 50,
             RunCode::NetlockFailed => 51,
+            RunCode::PodWillNotStart => 58,
+            RunCode::ClusterTooOld => 59,
         }
     }
 
@@ -65,6 +74,8 @@ impl RunCode {
             RunCode::DoesNotFit => "AF-RUN-047",
             RunCode::SidecarConfigInvalid => "AF-RUN-050",
             RunCode::NetlockFailed => "AF-RUN-051",
+            RunCode::PodWillNotStart => "AF-RUN-058",
+            RunCode::ClusterTooOld => "AF-RUN-059",
         }
     }
 }
@@ -126,6 +137,45 @@ impl FindingKind {
     }
 }
 
+/// Why a pod will never start; each cause has its own next step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PodFailureKind {
+    /// The kubelet refused to run it (`SysctlForbidden`, `NodeAffinity`, ...): the pod failed
+    /// before any container started.
+    RejectedByNode,
+    /// An image of it cannot be pulled.
+    ImageUnavailable,
+    /// The scheduler has no node for it.
+    Unschedulable,
+    /// Its own process keeps exiting.
+    CrashLoop,
+    /// The API server's admission refused to create it (PodSecurity, a policy webhook, a quota).
+    AdmissionRefused,
+}
+
+impl PodFailureKind {
+    fn next_step(self) -> &'static str {
+        match self {
+            PodFailureKind::RejectedByNode => {
+                "the node's kubelet refused the pod for the reason above; SysctlForbidden means the kubelet does not allow a sysctl af's sidecar sets (net.ipv4.ip_unprivileged_port_start is allowed by default from Kubernetes 1.22; af supports 1.30 and later): upgrade the nodes, or allow that sysctl in the kubelet (--allowed-unsafe-sysctls)"
+            }
+            PodFailureKind::ImageUnavailable => {
+                "make the image pullable by the nodes: on k3d and kind af imports the images it builds and its own; on other clusters push them to a registry the nodes can pull from (AF_PROXY_IMAGE names the engine's)"
+            }
+            PodFailureKind::Unschedulable => {
+                "the scheduler's message above says what no node offers (room, a tolerated taint, a matching selector): free or add capacity, or lower the service's resources or replicas"
+            }
+            PodFailureKind::CrashLoop => {
+                "the service's own process keeps exiting; its last lines are above: fix the service, its command or its environment, and run af up again"
+            }
+            PodFailureKind::AdmissionRefused => {
+                "an admission rule of the cluster refused the pod (a PodSecurity level, a policy webhook, a quota or LimitRange), and its message above names the rule: ask the cluster's administrator to allow it in af's namespaces, or change what the manifest asks"
+            }
+        }
+    }
+}
+
 /// What went wrong, with the facts each case needs to be acted on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -166,6 +216,21 @@ pub enum RuntimeErrorKind {
         /// read back as applied).
         detail: String,
     },
+    PodWillNotStart {
+        /// What the pod is for: `service web`, `the sidecar`, `migration af-migrate-web`.
+        workload: String,
+        /// `namespace/name` of the pod, or of the object whose pods were refused.
+        pod: String,
+        cause: PodFailureKind,
+        /// What the cluster said, with the last log lines where there are any.
+        detail: String,
+    },
+    ClusterTooOld {
+        /// The API server's version (`v1.20.15`).
+        found: String,
+        /// The oldest version af supports (`1.30`).
+        minimum: String,
+    },
 }
 
 /// An error from a runtime, carrying its code.
@@ -198,6 +263,8 @@ impl RuntimeError {
             RuntimeErrorKind::DoesNotFit { .. } => RunCode::DoesNotFit,
             RuntimeErrorKind::SidecarConfigInvalid { .. } => RunCode::SidecarConfigInvalid,
             RuntimeErrorKind::NetlockFailed { .. } => RunCode::NetlockFailed,
+            RuntimeErrorKind::PodWillNotStart { .. } => RunCode::PodWillNotStart,
+            RuntimeErrorKind::ClusterTooOld { .. } => RunCode::ClusterTooOld,
         }
     }
 
@@ -252,6 +319,15 @@ impl RuntimeError {
                     "netlock did not lock this sandbox, so its workload must not start: {detail}"
                 )
             }
+            RuntimeErrorKind::PodWillNotStart {
+                workload,
+                pod,
+                detail,
+                ..
+            } => format!("{workload} will not start (pod {pod}): {detail}"),
+            RuntimeErrorKind::ClusterTooOld { found, minimum } => format!(
+                "the cluster's API server is Kubernetes {found}; af supports Kubernetes {minimum} and later"
+            ),
         }
     }
 
@@ -276,6 +352,8 @@ impl RuntimeError {
             RuntimeErrorKind::DoesNotFit { .. } => "lower services.<name>.resources or replicas, or free capacity on the platform".to_string(),
             RuntimeErrorKind::SidecarConfigInvalid { .. } => "fix each problem named; the configuration format is in docs/sidecar.md".to_string(),
             RuntimeErrorKind::NetlockFailed { .. } => "run the sandbox under runc or Kata with NET_ADMIN for the netlock step and the iptables tools in its image; see docs/containment.md".to_string(),
+            RuntimeErrorKind::PodWillNotStart { cause, .. } => format!("{}; `af down` removes what was created", cause.next_step()),
+            RuntimeErrorKind::ClusterTooOld { minimum, .. } => format!("use a cluster of Kubernetes {minimum} or later (docs/runtimes.md says why that version); nothing was created"),
         }
     }
 }
@@ -309,7 +387,9 @@ mod tests {
                 "AF-RUN-045",
                 "AF-RUN-047",
                 "AF-RUN-050",
-                "AF-RUN-051"
+                "AF-RUN-051",
+                "AF-RUN-058",
+                "AF-RUN-059"
             ]
         );
     }

@@ -16,7 +16,9 @@ mod sidecar;
 mod verdict;
 
 pub use capability::{Capabilities, Capability};
-pub use error::{FindingKind, RouteFinding, RunCode, RuntimeError, RuntimeErrorKind};
+pub use error::{
+    FindingKind, PodFailureKind, RouteFinding, RunCode, RuntimeError, RuntimeErrorKind,
+};
 pub use progress::{ProgressEvent, ProgressSink, Step, run_step};
 pub use runtime::{
     ContainmentSummary, Environment, EnvironmentStatus, LogLine, LogStream, Runtime, ServiceStatus,
@@ -26,7 +28,7 @@ pub use sidecar::{
     CapturedItem, DecisionQuery, DecisionRecord, InboxEntry, Verdict, WebhookDelivery,
     WebhookRequest,
 };
-pub use verdict::judge_probe;
+pub use verdict::{gate_refusal, judge_probe};
 
 /// The label every object af creates carries, set in the creating call. Teardown deletes only what
 /// carries it; an object with our name and without it is someone else's (AF-RUN-045).

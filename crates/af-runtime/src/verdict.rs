@@ -93,6 +93,45 @@ pub fn judge_probe(
     })
 }
 
+/// The refusal a startup gate's verdict amounts to (AF-RUN-043), on every runtime: the gate of
+/// `workload` printed `output` (its verdict is the last line) and `stderr`, and did not pass.
+pub fn gate_refusal(workload: &str, output: &str, stderr: &str) -> RuntimeError {
+    let verdict: serde_json::Value =
+        serde_json::from_str(output.lines().last().unwrap_or_default()).unwrap_or_default();
+    RuntimeErrorKind::ContainmentRefused {
+        findings: vec![RouteFinding {
+            route: format!("the startup gate of {workload}"),
+            outcome: verdict["reason"]
+                .as_str()
+                .unwrap_or(stderr.trim())
+                .to_string(),
+            kind: gate_finding_kind(&verdict),
+        }],
+    }
+    .into()
+}
+
+/// Which cause a failed gate's verdict shows: a route that got out, a sidecar that never
+/// answered, routes left unanswered — or no verdict at all.
+fn gate_finding_kind(verdict: &serde_json::Value) -> FindingKind {
+    let outcomes: Vec<&str> = verdict["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["outcome"].as_str())
+        .collect();
+    let reason = verdict["reason"].as_str();
+    if outcomes.contains(&"escaped") {
+        FindingKind::Escaped
+    } else if reason.is_some_and(|r| r.starts_with("the sidecar's")) {
+        FindingKind::SidecarUnreachable
+    } else if outcomes.contains(&"unanswered") {
+        FindingKind::Unanswered
+    } else {
+        FindingKind::NoVerdict
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

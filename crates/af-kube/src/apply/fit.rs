@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::fit::{Instance, node_room, shortfalls};
+use crate::fit::{Instance, node_room, others_pods, shortfalls};
 
 /// What reading the cluster gave.
 enum Read<T> {
@@ -35,10 +35,12 @@ where
 }
 
 /// `Ok` when `instances` can fit (or when the cluster cannot be read, said on `progress`);
-/// AF-RUN-047 naming every shortfall otherwise.
+/// AF-RUN-047 naming every shortfall otherwise. The pods already in the environment's
+/// `namespace` are not counted as used: an `up` replaces or keeps them, it never adds to them.
 pub async fn check(
     client: kube::Client,
     instances: &[Instance],
+    namespace: &str,
     progress: &dyn ProgressSink,
 ) -> Result<(), RuntimeError> {
     let nodes = list(Api::<Node>::all(client.clone()), "nodes").await?;
@@ -54,7 +56,8 @@ pub async fn check(
             return Ok(());
         }
     };
-    let rooms: Vec<_> = nodes.iter().map(|node| node_room(node, &pods)).collect();
+    let others = others_pods(pods, namespace);
+    let rooms: Vec<_> = nodes.iter().map(|node| node_room(node, &others)).collect();
     let found = shortfalls(&rooms, instances);
     if found.is_empty() {
         Ok(())

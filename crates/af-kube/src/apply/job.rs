@@ -49,6 +49,27 @@ pub async fn run(
                 format!("the migration failed; it is not retried; its last lines:\n  {lines}"),
             ));
         }
+        // A pod that will never run (its image, no node for it, refused by the node, its gate)
+        // is said at once rather than after the migration's patience.
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let listed = pods
+            .list(&ListParams::default().labels(&format!("job-name={name}")))
+            .await
+            .map_err(|e| {
+                RuntimeError::platform_failed(
+                    format!("listing the pods of Job {namespace}/{name}"),
+                    e,
+                )
+            })?;
+        for pod in &listed.items {
+            if let Some(problem) = super::readiness::pod_problem(pod) {
+                let workload = format!("migration {name}");
+                return Err(super::readiness::problem_error(
+                    &pods, namespace, &workload, pod, problem,
+                )
+                .await);
+            }
+        }
         if started.elapsed() >= patience.timeout {
             return Err(RuntimeError::platform_failed(
                 format!("migrating with Job {namespace}/{name}"),

@@ -14,6 +14,7 @@ pub mod probe;
 pub mod prune;
 pub mod published;
 pub mod readiness;
+pub mod version;
 
 /// The field manager of every server-side apply: one, so a second `up` owns what the first set.
 pub const FIELD_MANAGER: &str = "af";

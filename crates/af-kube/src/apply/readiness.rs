@@ -1,10 +1,12 @@
-//! Readiness: every replica of every service ready (a third pod still scheduling is not ready).
-//! Waiting stops early, naming the cause, when a pod says it will never get there: its image
-//! cannot be pulled, it crash-loops, it cannot be scheduled, or its startup gate refused.
+//! Readiness: every replica of every Deployment waited on ready (a third pod still scheduling is
+//! not ready). Waiting stops at once, naming the cause, when a pod says it will never get there —
+//! the node refused it, its image cannot be pulled, it cannot be scheduled, it crash-loops,
+//! admission refuses to create it (AF-RUN-058) — or its startup gate refused (AF-RUN-043): a
+//! real cluster's ReplicaSet remade a refused sidecar pod every second while `up` waited 300 s.
 
 use std::time::Duration;
 
-use af_runtime::RuntimeError;
+use af_runtime::{PodFailureKind, RuntimeError, RuntimeErrorKind};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -12,39 +14,74 @@ use kube::api::{ListParams, LogParams};
 
 use super::Patience;
 use super::probe::image_problem;
-use crate::render::names::{ROLE_LABEL, SERVICE_LABEL};
+
+/// Why a pod will never become ready, as the pod says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodProblem {
+    /// It will not start, for `cause`; `container` is the one whose log tells more.
+    WillNotStart {
+        cause: PodFailureKind,
+        detail: String,
+        container: Option<String>,
+    },
+    /// Its startup gate (`af-gate`) exited with `exit_code`: containment was not shown for it.
+    GateRefused { exit_code: i32 },
+}
+
+/// Reasons the kubelet gives a pod it failed that a new pod would meet again (an evicted pod's
+/// replacement may well run, so `Evicted` is not one of them).
+fn rejected_for_good(reason: &str) -> bool {
+    !matches!(reason, "Evicted" | "Preempting" | "Terminated" | "Shutdown")
+}
 
 /// Why `pod` will not become ready, if it says so.
-pub fn pod_problem(pod: &Pod) -> Option<String> {
+pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
     if let Some(problem) = image_problem(pod) {
-        return Some(problem);
+        return Some(PodProblem::WillNotStart {
+            cause: PodFailureKind::ImageUnavailable,
+            detail: problem,
+            container: None,
+        });
     }
     let status = pod.status.as_ref()?;
+    // A pod the kubelet refused fails before any container starts, with a reason of its own
+    // (`SysctlForbidden`): its ReplicaSet makes another, which is refused the same way.
+    if status.phase.as_deref() == Some("Failed")
+        && let Some(reason) = status.reason.as_deref().filter(|r| rejected_for_good(r))
+    {
+        return Some(PodProblem::WillNotStart {
+            cause: PodFailureKind::RejectedByNode,
+            detail: format!(
+                "the node refused it: {reason}: {}",
+                status.message.clone().unwrap_or_default()
+            ),
+            container: None,
+        });
+    }
     if let Some(unschedulable) = status.conditions.iter().flatten().find(|c| {
         c.type_ == "PodScheduled"
             && c.status == "False"
             && c.reason.as_deref() == Some("Unschedulable")
     }) {
-        return Some(format!(
-            "Unschedulable: {}",
-            unschedulable.message.clone().unwrap_or_default()
-        ));
+        return Some(PodProblem::WillNotStart {
+            cause: PodFailureKind::Unschedulable,
+            detail: format!(
+                "Unschedulable: {}",
+                unschedulable.message.clone().unwrap_or_default()
+            ),
+            container: None,
+        });
     }
-    if let Some(gate) = status.init_container_statuses.iter().flatten().find(|s| {
-        s.name == "af-gate"
-            && s.state
-                .as_ref()
-                .and_then(|state| state.terminated.as_ref())
-                .is_some_and(|t| t.exit_code != 0)
-    }) {
-        let code = gate
-            .state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .map_or(0, |t| t.exit_code);
-        return Some(format!(
-            "the startup gate refused to let the service start (exit {code}): an escape route was open or the sidecar did not answer"
-        ));
+    if let Some(exit_code) = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .filter(|s| s.name == "af-gate")
+        .find_map(|s| s.state.as_ref()?.terminated.as_ref())
+        .map(|t| t.exit_code)
+        .filter(|code| *code != 0)
+    {
+        return Some(PodProblem::GateRefused { exit_code });
     }
     status.container_statuses.iter().flatten().find_map(|s| {
         let waiting = s.state.as_ref()?.waiting.as_ref()?;
@@ -54,16 +91,81 @@ pub fn pod_problem(pod: &Pod) -> Option<String> {
                 .as_ref()
                 .and_then(|l| l.terminated.as_ref())
                 .map_or(String::new(), |t| format!(", last exit {}", t.exit_code));
-            format!(
-                "CrashLoopBackOff: container {} keeps exiting{last_exit}",
-                s.name
-            )
+            PodProblem::WillNotStart {
+                cause: PodFailureKind::CrashLoop,
+                detail: format!(
+                    "CrashLoopBackOff: container {} keeps exiting{last_exit}",
+                    s.name
+                ),
+                container: Some(s.name.clone()),
+            }
         })
     })
 }
 
-/// Why a ReplicaSet cannot create its pods, if it says so: a ResourceQuota (or a LimitRange, or an
-/// admission webhook) refusing them leaves no pod to look at, only this condition.
+/// The error a pod's problem is, reading what its logs add: a crash loop's last lines, a gate's
+/// verdict.
+pub async fn problem_error(
+    pods: &Api<Pod>,
+    namespace: &str,
+    workload: &str,
+    pod: &Pod,
+    problem: PodProblem,
+) -> RuntimeError {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    match problem {
+        PodProblem::GateRefused { exit_code } => {
+            let log = pods
+                .logs(
+                    &name,
+                    &LogParams {
+                        container: Some("af-gate".into()),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap_or_default();
+            af_runtime::gate_refusal(
+                &format!("{workload} (pod {namespace}/{name})"),
+                &log,
+                &format!("the gate exited {exit_code} and its log could not be read"),
+            )
+        }
+        PodProblem::WillNotStart {
+            cause,
+            mut detail,
+            container,
+        } => {
+            if let Some(container) = container {
+                let params = LogParams {
+                    container: Some(container),
+                    previous: true,
+                    tail_lines: Some(10),
+                    ..Default::default()
+                };
+                if let Ok(log) = pods.logs(&name, &params).await
+                    && !log.trim().is_empty()
+                {
+                    detail.push_str(&format!(
+                        "; its last lines:\n  {}",
+                        super::job::last_lines(&log, 10)
+                    ));
+                }
+            }
+            RuntimeErrorKind::PodWillNotStart {
+                workload: workload.to_string(),
+                pod: format!("{namespace}/{name}"),
+                cause,
+                detail,
+            }
+            .into()
+        }
+    }
+}
+
+/// Why a ReplicaSet cannot create its pods, if it says so: admission (Pod Security, a
+/// ResourceQuota, a LimitRange, a webhook) refusing them leaves no pod to look at, only this
+/// condition.
 pub fn replica_set_problem(replica_set: &ReplicaSet) -> Option<String> {
     replica_set
         .status
@@ -105,7 +207,8 @@ pub async fn wait(
     patience: Patience,
 ) -> Result<(), RuntimeError> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let pods: Api<Pod> = Api::namespaced(client, namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client, namespace);
     let started = tokio::time::Instant::now();
     loop {
         let mut waiting = Vec::new();
@@ -114,71 +217,58 @@ pub async fn wait(
                 RuntimeError::platform_failed(format!("reading Deployment {namespace}/{name}"), e)
             })?;
             if !all_ready(&deployment) {
-                waiting.push(name.clone());
+                waiting.push((name.clone(), selector_of(&deployment)));
             }
         }
         if waiting.is_empty() {
             return Ok(());
         }
-        let listed = pods
-            .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=service")))
-            .await
-            .map_err(|e| {
-                RuntimeError::platform_failed(format!("listing the pods of {namespace}"), e)
-            })?;
-        for pod in &listed.items {
-            let service = pod
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SERVICE_LABEL))
-                .cloned()
-                .unwrap_or_default();
-            if let Some(problem) = pod_problem(pod) {
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                let gate = if problem.starts_with("the startup gate") {
-                    let log = pods
-                        .logs(
-                            &name,
-                            &LogParams {
-                                container: Some("af-gate".into()),
-                                ..Default::default()
-                            },
-                        )
-                        .await
-                        .unwrap_or_default();
-                    format!("; its verdict: {}", log.lines().last().unwrap_or("(none)"))
-                } else {
-                    String::new()
-                };
-                return Err(RuntimeError::platform_failed(
-                    format!("starting service {service} (pod {namespace}/{name})"),
-                    format!("{problem}{gate}"),
-                ));
+        // Each waiting Deployment's own pods, by its selector: the sidecar's as much as a
+        // service's (the sidecar was the pod a real kubelet refused).
+        for (name, selector) in &waiting {
+            let listed = pods
+                .list(&ListParams::default().labels(selector))
+                .await
+                .map_err(|e| {
+                    RuntimeError::platform_failed(
+                        format!("listing the pods of {namespace}/{name}"),
+                        e,
+                    )
+                })?;
+            for pod in &listed.items {
+                if let Some(problem) = pod_problem(pod) {
+                    return Err(
+                        problem_error(&pods, namespace, &workload(name), pod, problem).await,
+                    );
+                }
+            }
+            let sets = replica_sets
+                .list(&ListParams::default().labels(selector))
+                .await
+                .map_err(|e| {
+                    RuntimeError::platform_failed(
+                        format!("listing the ReplicaSets of {namespace}/{name}"),
+                        e,
+                    )
+                })?;
+            if let Some((set, detail)) = sets
+                .items
+                .iter()
+                .find_map(|set| replica_set_problem(set).map(|d| (set, d)))
+            {
+                return Err(RuntimeErrorKind::PodWillNotStart {
+                    workload: workload(name),
+                    pod: format!(
+                        "{namespace}/{}",
+                        set.metadata.name.clone().unwrap_or_default()
+                    ),
+                    cause: PodFailureKind::AdmissionRefused,
+                    detail,
+                }
+                .into());
             }
         }
-        let replica_sets: Api<ReplicaSet> = Api::namespaced(pods.clone().into_client(), namespace);
-        let sets = replica_sets
-            .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=service")))
-            .await
-            .map_err(|e| {
-                RuntimeError::platform_failed(format!("listing the ReplicaSets of {namespace}"), e)
-            })?;
-        for set in &sets.items {
-            if let Some(problem) = replica_set_problem(set) {
-                let service = set
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(SERVICE_LABEL))
-                    .cloned()
-                    .unwrap_or_default();
-                return Err(RuntimeError::platform_failed(
-                    format!("starting service {service}"),
-                    problem,
-                ));
-            }
-        }
+        let waiting: Vec<String> = waiting.into_iter().map(|(name, _)| name).collect();
         if started.elapsed() >= patience.timeout {
             return Err(RuntimeError::platform_failed(
                 format!("waiting for {} to be ready", waiting.join(", ")),
@@ -189,6 +279,31 @@ pub async fn wait(
             ));
         }
         tokio::time::sleep(patience.interval).await;
+    }
+}
+
+/// A Deployment's pod selector as a label selector (`a=b,c=d`).
+fn selector_of(deployment: &Deployment) -> String {
+    deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.as_ref())
+        .map(|labels| {
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+/// How a Deployment's pods are named to the person: the sidecar is not one of their services.
+fn workload(service: &str) -> String {
+    if service == crate::render::names::SIDECAR {
+        "the egress sidecar".to_string()
+    } else {
+        format!("service {service}")
     }
 }
 

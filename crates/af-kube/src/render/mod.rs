@@ -151,23 +151,68 @@ pub struct Rendered {
     pub services: Vec<Service>,
     pub deployments: Vec<Deployment>,
     pub ingresses: Vec<Ingress>,
+    /// The services' names in start waves (`depends_on`): see [`Rendered::waves`].
+    pub start_waves: Vec<Vec<String>>,
+}
+
+/// The services of one start wave: their migrations, then their Deployments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wave<'a> {
+    pub migrations: Vec<&'a Job>,
+    pub deployments: Vec<&'a Deployment>,
 }
 
 impl Rendered {
-    /// In the order they are applied: namespace → policies → probe → sidecar (its Service first:
-    /// its ClusterIP is every pod's resolver) → migrations → services.
+    /// The migrations and Deployments in the manifest's start waves (`depends_on`): a wave's
+    /// services depend only on earlier waves', so each wave's migrations run once the earlier
+    /// waves are ready, and a migration can call the services its own depends on.
+    pub fn waves(&self) -> Vec<Wave<'_>> {
+        self.start_waves
+            .iter()
+            .map(|wave| Wave {
+                migrations: wave
+                    .iter()
+                    .filter_map(|service| {
+                        let name = names::migration_job(service);
+                        self.migrations
+                            .iter()
+                            .find(|j| j.metadata.name.as_deref() == Some(name.as_str()))
+                    })
+                    .collect(),
+                deployments: wave
+                    .iter()
+                    .filter_map(|service| {
+                        self.deployments
+                            .iter()
+                            .find(|d| d.metadata.name.as_ref() == Some(service))
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// In the order they are applied: namespace → policies → sidecar (its Service first: its
+    /// ClusterIP is every pod's resolver) → probe → every Service → each start wave's migrations
+    /// and Deployments → ingresses.
     pub fn in_apply_order(&self) -> Vec<Object> {
         let mut objects = vec![Object::Namespace(self.namespace.clone())];
         objects.extend(self.policies.iter().cloned().map(Object::NetworkPolicy));
-        objects.push(Object::Pod(self.probe.clone()));
         objects.push(Object::Service(self.sidecar_service.clone()));
         objects.push(Object::Secret(self.sidecar_config.clone()));
         objects.push(Object::Deployment(self.sidecar.clone()));
+        objects.push(Object::Pod(self.probe.clone()));
         objects.extend(self.service_env.iter().cloned().map(Object::Secret));
         objects.extend(self.capture_trust.iter().cloned().map(Object::ConfigMap));
-        objects.extend(self.migrations.iter().cloned().map(Object::Job));
         objects.extend(self.services.iter().cloned().map(Object::Service));
-        objects.extend(self.deployments.iter().cloned().map(Object::Deployment));
+        for wave in self.waves() {
+            objects.extend(wave.migrations.into_iter().cloned().map(Object::Job));
+            objects.extend(
+                wave.deployments
+                    .into_iter()
+                    .cloned()
+                    .map(Object::Deployment),
+            );
+        }
         objects.extend(self.ingresses.iter().cloned().map(Object::Ingress));
         objects
     }
@@ -223,6 +268,12 @@ pub fn render(input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
         ingresses: services
             .iter()
             .filter_map(|s| ingress::ingress(input, &namespace_name, s))
+            .collect(),
+        start_waves: input
+            .manifest
+            .services_in_start_waves()
+            .into_iter()
+            .map(|wave| wave.into_iter().map(|s| s.name.clone()).collect())
             .collect(),
     })
 }

@@ -162,10 +162,10 @@ pub fn template(labels: BTreeMap<String, String>, spec: PodSpec) -> PodTemplateS
 pub fn resources(service: &Service) -> Option<ResourceRequirements> {
     let mut figures = BTreeMap::new();
     if let Some(cpu) = &service.resources.cpu {
-        figures.insert("cpu".to_string(), Quantity(cpu.as_str().to_string()));
+        figures.insert("cpu".to_string(), Quantity(cpu.canonical()));
     }
     if let Some(memory) = &service.resources.memory {
-        figures.insert("memory".to_string(), Quantity(memory.as_str().to_string()));
+        figures.insert("memory".to_string(), Quantity(memory.canonical()));
     }
     (!figures.is_empty()).then(|| ResourceRequirements {
         limits: Some(figures.clone()),

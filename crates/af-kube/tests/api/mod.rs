@@ -28,20 +28,22 @@ pub fn scripted_with_bodies(script: Script) -> (kube::Client, Arc<Mutex<Vec<Vec<
             let (_, sent) = request.into_parts();
             let sent = sent.collect_bytes().await.unwrap().to_vec();
             kept.lock().unwrap().push(sent);
-            // A string is sent as it is (a pod's log); anything else as JSON.
-            let bytes = match body {
-                serde_json::Value::String(text) => text.into_bytes(),
-                other => serde_json::to_vec(&other).unwrap(),
-            };
-            respond.send_response(
-                Response::builder()
-                    .status(status)
-                    .body(Body::from(bytes))
-                    .unwrap(),
-            );
+            respond.send_response(response(status, body));
         }
     });
     (kube::Client::new(service, "default"), bodies)
+}
+
+/// An answer of the API server: a string as it is (a pod's log), anything else as JSON.
+pub fn response(status: u16, body: serde_json::Value) -> Response<Body> {
+    let bytes = match body {
+        serde_json::Value::String(text) => text.into_bytes(),
+        other => serde_json::to_vec(&other).unwrap(),
+    };
+    Response::builder()
+        .status(status)
+        .body(Body::from(bytes))
+        .unwrap()
 }
 
 /// A Status body, as the API server sends with an error.
