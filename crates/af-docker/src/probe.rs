@@ -88,7 +88,14 @@ pub async fn judge_in_holder(
     holder: &str,
     targets: Vec<String>,
 ) -> Result<ContainmentSummary, DockerError> {
-    let mut args = vec!["probe".to_string()];
+    // The holder's refusal rules are in place before the probe starts (no policy controller to
+    // wait for), so a route open for a few seconds is open for good: a short deadline keeps a
+    // refused `up` quick.
+    let mut args = vec![
+        "probe".to_string(),
+        "--deadline-s".to_string(),
+        PROBE_DEADLINE_S.to_string(),
+    ];
     args.extend(targets);
     let finished = one_shot::exec_in_holder(docker, holder, &args).await?;
     let checked_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
@@ -100,6 +107,9 @@ pub async fn judge_in_holder(
     )
     .map_err(DockerError::Runtime)
 }
+
+/// How long the probe waits for its routes to settle denied on Docker.
+const PROBE_DEADLINE_S: u32 = 5;
 
 /// The role of the container that keeps the last verdict.
 const VERDICT_ROLE: &str = "containment";

@@ -1,12 +1,18 @@
 //! The containment probe: first the positive control — the environment's own sidecar answers —
-//! then every route once. Contained only when the sidecar answered and every route was seen
-//! denied: in a namespace with no working network every route is "denied", and that proves
-//! nothing.
+//! then every route, in rounds, until every one is seen denied several rounds in a row or a
+//! deadline passes. Contained only when the sidecar answered and the routes settled denied: in a
+//! namespace with no working network every route is "denied", and that proves nothing.
+//!
+//! Rounds, because the probe judges the platform's steady state, as the gate does: a real
+//! cluster's policy controller put a new pod's rules in place 1–2 s after the pod started, so a
+//! probe judging its first attempt refused every environment there. How long the routes stayed
+//! open is reported (`window_ms`): it is the startup window the gate closes for every workload.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::gate::next_count;
 use crate::route::{Outcome, Route, RouteResult, try_routes};
 use crate::sidecar_check::{ControlResult, SidecarTarget, wait_for};
 
@@ -16,7 +22,23 @@ pub struct ProbeVerdict {
     pub contained: bool,
     /// The positive control: whether the environment's sidecar answered.
     pub control: ControlResult,
+    /// The last round's routes.
     pub routes: Vec<RouteResult>,
+    pub rounds_tried: u32,
+    /// From the first round until the first of the all-denied rounds that settled it: how long
+    /// the platform let a new pod out. 0 when the first round was already all denied; the whole
+    /// time tried when the routes never settled.
+    pub window_ms: u64,
+}
+
+/// How the probe judges the steady state.
+#[derive(Clone, Copy, Debug)]
+pub struct Steadiness {
+    /// All-denied rounds in a row that settle the verdict.
+    pub rounds: u32,
+    pub interval: Duration,
+    /// After this, a route still not denied is a finding.
+    pub deadline: Duration,
 }
 
 /// How the probe asks for the sidecar before it judges the routes.
@@ -38,16 +60,52 @@ impl ProbeVerdict {
     }
 }
 
-/// The positive control, then every route (tried even when the control failed, so that the
-/// verdict shows what each route did).
-pub fn probe(control: &ControlSettings, routes: &[Route], timeout: Duration) -> ProbeVerdict {
+/// The positive control, then every route in rounds until they settle denied or `steadiness`'s
+/// deadline passes (tried even when the control failed, so that the verdict shows what each
+/// route did; but then once only: without the control nothing can be settled).
+pub fn probe(
+    control: &ControlSettings,
+    routes: &[Route],
+    timeout: Duration,
+    steadiness: Steadiness,
+) -> ProbeVerdict {
     let control = wait_for(
         control.sidecar.as_ref(),
         control.patience,
         control.interval,
         timeout,
     );
-    verdict(control, try_routes(routes, timeout))
+    let started = Instant::now();
+    let mut rounds_tried = 0;
+    let mut count = 0;
+    let mut settling_since = started;
+    loop {
+        let round_started = Instant::now();
+        let last = try_routes(routes, timeout);
+        rounds_tried += 1;
+        let previous = count;
+        count = next_count(count, &last);
+        if count == 1 && previous == 0 {
+            settling_since = round_started;
+        }
+        let settled = count >= steadiness.rounds.max(1);
+        // At the deadline a round with a route open ends it; rounds all denied go on until they
+        // settle (at most `rounds` more): a route still open at the deadline is the finding.
+        let open_at_deadline = count == 0 && started.elapsed() >= steadiness.deadline;
+        if settled || !control.reached || open_at_deadline {
+            let window = if settled {
+                settling_since - started
+            } else {
+                started.elapsed()
+            };
+            let mut verdict = verdict(control, last);
+            verdict.contained &= settled;
+            verdict.rounds_tried = rounds_tried;
+            verdict.window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+            return verdict;
+        }
+        std::thread::sleep(steadiness.interval);
+    }
 }
 
 /// Contained only when the sidecar answered, there is at least one route, and every one was
@@ -61,6 +119,8 @@ pub fn verdict(control: ControlResult, routes: Vec<RouteResult>) -> ProbeVerdict
         contained,
         control,
         routes,
+        rounds_tried: 1,
+        window_ms: 0,
     }
 }
 

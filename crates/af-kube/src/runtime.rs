@@ -618,6 +618,14 @@ impl Runtime for KubeRuntime {
             probe::run(client.clone(), &name, &rendered.probe, probe::PATIENCE),
         )
         .await?;
+        if verdict.window_ms > 0 {
+            progress.emit(ProgressEvent::Notice {
+                message: format!(
+                    "this cluster let a new pod out for {} ms after it started, before its policies held (the probe waited for them); every service's startup gate holds its workload back through that window",
+                    verdict.window_ms
+                ),
+            });
+        }
         self.record_verdict(&rendered.namespace, &verdict).await?;
         if let Some(secret) = &rendered.service_env {
             changed |= self

@@ -10,7 +10,8 @@
 //! - `cron`, `install`: run a scheduled service's command on its schedule, from a copy of this
 //!   binary.
 //! - `gate`: before a workload starts, prove the sidecar answers and every escape route is denied.
-//! - `probe`: try every escape route once; the per-environment containment check.
+//! - `probe`: try every escape route, in rounds until they settle denied; the per-environment
+//!   containment check.
 //! - `agent`, `call`: the conformance suite's workload and its one-shot caller (test use only).
 //!
 //! `gate` and `probe` print one JSON verdict line on standard output and exit 0 only when the
@@ -121,8 +122,9 @@ enum Command {
         #[command(flatten)]
         targets: TargetArgs,
     },
-    /// Prove the environment's sidecar answers, then try every escape route once and report each
-    /// as denied, escaped or unanswered.
+    /// Prove the environment's sidecar answers, then try every escape route in rounds until every
+    /// one is denied `--rounds` rounds in a row (or the deadline passes) and report each as
+    /// denied, escaped or unanswered, with how long they stayed open (`window_ms`).
     Probe {
         /// The sidecar's proxy address: the positive control, asked first. Without it the probe
         /// is never contained (a namespace with no network denies every route).
@@ -135,6 +137,14 @@ enum Command {
         /// it as the probe starts).
         #[arg(long, default_value_t = 60)]
         sidecar_patience_s: u64,
+        /// All-denied rounds in a row that settle the verdict (the platform's steady state).
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        #[arg(long, default_value_t = 250)]
+        interval_ms: u64,
+        /// A route still not denied after this long is reported and refuses the environment.
+        #[arg(long, default_value_t = 30)]
+        deadline_s: u64,
         #[command(flatten)]
         targets: TargetArgs,
     },
@@ -331,6 +341,9 @@ fn main() -> ExitCode {
             sidecar_proxy,
             sidecar_dns,
             sidecar_patience_s,
+            rounds,
+            interval_ms,
+            deadline_s,
             targets,
         } => {
             let control = af_guard::probe::ControlSettings {
@@ -345,6 +358,11 @@ fn main() -> ExitCode {
                 &control,
                 &targets.targets().routes(),
                 Duration::from_millis(targets.timeout_ms),
+                af_guard::probe::Steadiness {
+                    rounds,
+                    interval: Duration::from_millis(interval_ms),
+                    deadline: Duration::from_secs(deadline_s),
+                },
             );
             print_verdict(&verdict, verdict.contained)
         }

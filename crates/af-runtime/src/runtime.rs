@@ -61,6 +61,10 @@ pub struct ContainmentSummary {
     pub checked_at: String,
     /// `route: outcome` for every route tried.
     pub routes: Vec<(String, String)>,
+    /// How long the platform let a new pod out before every route was denied (the startup
+    /// window the gates close), in milliseconds; 0 when the first attempt was already denied.
+    #[serde(default)]
+    pub window_ms: u64,
 }
 
 /// One line a service wrote.

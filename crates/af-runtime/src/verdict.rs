@@ -90,6 +90,7 @@ pub fn judge_probe(
         contained: true,
         checked_at,
         routes,
+        window_ms: verdict["window_ms"].as_u64().unwrap_or(0),
     })
 }
 

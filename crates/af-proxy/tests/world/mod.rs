@@ -219,24 +219,29 @@ impl World {
         self.in_workload(&full)
     }
 
+    /// `args` in the workload namespace as `uid`, not yet started.
+    fn command_as_uid(&self, uid: u32, args: &[&str]) -> Command {
+        let (reuid, regid) = (format!("--reuid={uid}"), format!("--regid={uid}"));
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &self.wl, "setpriv", &reuid, &regid])
+            .args(["--clear-groups", "--"])
+            .args(args);
+        command
+    }
+
+    /// Starts `args` in the workload namespace as `uid`, its standard output piped: a check the
+    /// test changes the platform under while it runs, then waits for.
+    pub fn spawn_as_uid(&self, uid: u32, args: &[&str]) -> std::process::Child {
+        self.command_as_uid(uid, args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// Starts a long-running command in the workload namespace as `uid`; stopped when dropped.
     pub fn in_workload_background(&self, uid: u32, args: &[&str]) -> Background {
-        let (reuid, regid) = (format!("--reuid={uid}"), format!("--regid={uid}"));
-        let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.wl,
-                "setpriv",
-                &reuid,
-                &regid,
-                "--clear-groups",
-                "--",
-            ])
-            .args(args)
-            .spawn()
-            .unwrap();
-        Background(child)
+        Background(self.command_as_uid(uid, args).spawn().unwrap())
     }
 
     /// Applies rules in the workload namespace, as a platform's network policy would (the workload
@@ -300,9 +305,30 @@ pub fn probe_args() -> Vec<&'static str> {
         SANDBOX_PROXY,
         "--sidecar-patience-s",
         "5",
+        // Routes left open stay open in these worlds: one round judges them (each listener
+        // counts one arrival); denied ones still take their rounds to settle.
+        "--deadline-s",
+        "0",
     ];
     args.extend(standard_targets());
     args
+}
+
+impl World {
+    /// The positive control every denial needs (TESTING.md, "a denial needs a listener"): before
+    /// anything is closed, each standard target answers a client in the workload's namespace, so
+    /// a route later seen denied was denied, not aimed at a port where nothing listens.
+    pub fn assert_every_target_answers(&self) {
+        let open = verdict(&self.as_uid(PROXY_UID, &probe_args()));
+        let routes = outcomes(&open);
+        assert!(!routes.is_empty(), "{open}");
+        for (route, outcome) in routes {
+            assert_eq!(
+                outcome, "escaped",
+                "positive control: {route} answers: {open}"
+            );
+        }
+    }
 }
 
 /// The probe/gate flags that point every standard route at this world's hosts.
