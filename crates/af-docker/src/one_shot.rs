@@ -271,8 +271,9 @@ pub async fn exec_in_holder(
     exec_in_holder_as(docker, holder, UNPRIVILEGED, args).await
 }
 
-/// [`exec_in_holder`] as `user`.
-async fn exec_in_holder_as(
+/// [`exec_in_holder`] as `user`: [`HOLDER_ROOT`] for a trusted step that needs the holder's
+/// NET_ADMIN.
+pub async fn exec_in_holder_as(
     docker: &Docker,
     holder: &str,
     user: &str,

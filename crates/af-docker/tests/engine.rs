@@ -33,16 +33,21 @@ async fn engine(docker: &Docker) -> String {
 
 /// Every route pointed at the test's own outside host (never a real address).
 fn targets() -> Vec<String> {
+    targets_at("203.0.113.10")
+}
+
+/// Every route pointed at an outside host of the test's at `ip`.
+fn targets_at(ip: &str) -> Vec<String> {
     [
-        ("--public-tcp", "203.0.113.10:3128"),
-        ("--public-dns", "203.0.113.10:53"),
-        ("--metadata", "203.0.113.10:80"),
-        ("--metadata-v6", "[2001:db8::10]:80"),
-        ("--platform-api", "203.0.113.10:2375"),
-        ("--timeout-ms", "1500"),
+        ("--public-tcp", format!("{ip}:3128")),
+        ("--public-dns", format!("{ip}:53")),
+        ("--metadata", format!("{ip}:80")),
+        ("--metadata-v6", "[2001:db8::10]:80".to_string()),
+        ("--platform-api", format!("{ip}:2375")),
+        ("--timeout-ms", "1500".to_string()),
     ]
     .into_iter()
-    .flat_map(|(flag, value)| [flag.to_string(), value.to_string()])
+    .flat_map(|(flag, value)| [flag.to_string(), value])
     .collect()
 }
 
@@ -328,6 +333,94 @@ async fn only_the_refusal_step_has_net_admin_in_a_holder() {
         set("CapBnd:"),
         "0000000000001000",
         "NET_ADMIN and nothing else bounds what an exec in it may have"
+    );
+    one_shot::remove(&docker, &holder).await.unwrap();
+}
+
+/// Issue 28's lock of an `af` service's pod (`runtime.netlock` on Kubernetes) applies in the
+/// engine image as its init container runs it — root, NET_ADMIN and no other capability, a
+/// read-only root — so the image carries every iptables part the pod plan needs. Locked to the
+/// outside host's address, the probe (the engine's unprivileged user) reaches it: the positive
+/// control. Locked to another address instead, the same probe reaches nothing, judged at the
+/// host, which counts no arrival.
+#[tokio::test]
+async fn a_pods_netlock_applies_in_the_engine_image_with_net_admin_alone() {
+    let docker = docker().await;
+    let image = engine(&docker).await;
+    let outside = Outside::create(&docker, &image, "podlock", "198.51.100.0/24").await;
+    let env = EnvironmentId::derive("aftest", &format!("podlock-{}", std::process::id()));
+    let _cleanup = Teardown(docker.clone(), env.clone());
+    let holder = one_shot::start_holder(&docker, &env, "podlock-holder", &image, &outside.network)
+        .await
+        .unwrap();
+    let control = format!("{}:3128", outside.ip);
+    let mut probe: Vec<String> = [
+        "probe",
+        "--sidecar-proxy",
+        &control,
+        "--sidecar-patience-s",
+        "5",
+        "--deadline-s",
+        "0",
+    ]
+    .map(String::from)
+    .to_vec();
+    probe.extend(targets_at(&outside.ip));
+    let lock = |to: &str| ["netlock", "--only-to", to].map(String::from).to_vec();
+
+    let locked =
+        one_shot::exec_in_holder_as(&docker, &holder, one_shot::HOLDER_ROOT, &lock(&outside.ip))
+            .await
+            .unwrap();
+    assert_eq!(locked.exit_code, 0, "{}{}", locked.stdout, locked.stderr);
+    let report: serde_json::Value = serde_json::from_str(locked.stdout.trim()).unwrap();
+    assert_eq!(report["ipv4"], "locked", "{report}");
+    assert_eq!(
+        report["only_to"],
+        serde_json::json!([outside.ip]),
+        "{report}"
+    );
+    let before = outside.arrivals().await;
+    let allowed = one_shot::exec_in_holder(&docker, &holder, &probe)
+        .await
+        .unwrap();
+    let allowed: serde_json::Value =
+        serde_json::from_str(allowed.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(allowed["control"]["reached"], true, "{allowed}");
+    assert_eq!(allowed["routes"][0]["route"], "public-tcp", "{allowed}");
+    assert_eq!(
+        allowed["routes"][0]["outcome"], "escaped",
+        "positive control: the allowed address answers through the lock: {allowed}"
+    );
+    let reached = outside.arrivals().await;
+    assert!(reached.connections > before.connections, "{reached:?}");
+
+    let relocked =
+        one_shot::exec_in_holder_as(&docker, &holder, one_shot::HOLDER_ROOT, &lock("192.0.2.99"))
+            .await
+            .unwrap();
+    assert_eq!(
+        relocked.exit_code, 0,
+        "{}{}",
+        relocked.stdout, relocked.stderr
+    );
+    let denied = one_shot::exec_in_holder(&docker, &holder, &probe)
+        .await
+        .unwrap();
+    assert_eq!(
+        denied.exit_code, 43,
+        "no control, no verdict of containment: {}",
+        denied.stdout
+    );
+    let verdict: serde_json::Value =
+        serde_json::from_str(denied.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(verdict["control"]["reached"], false, "{verdict}");
+    assert_eq!(verdict["routes"][0]["route"], "public-tcp", "{verdict}");
+    assert_eq!(verdict["routes"][0]["outcome"], "denied", "{verdict}");
+    assert_eq!(
+        outside.arrivals().await,
+        reached,
+        "nothing arrived through the lock"
     );
     one_shot::remove(&docker, &holder).await.unwrap();
 }

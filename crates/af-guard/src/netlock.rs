@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use serde::Serialize;
 
-use crate::netlock_plan::{Family, drifted, normalize, plan, refusal_plan};
+use crate::netlock_plan::{Family, drifted, normalize, plan, pod_plan, refusal_plan};
 
 /// What happened to one family.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -28,12 +28,18 @@ pub enum FamilyOutcome {
 pub struct NetlockReport {
     /// `nf_tables` or `legacy`: which iptables backend the node uses.
     pub backend: String,
-    pub proxy_uid: u32,
+    /// The uid whose sockets may still send; none for a pod's lock or a refusal, which exempt
+    /// no uid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_uid: Option<u32>,
     /// False when IPv6 is disabled in this namespace (it is still locked when the filter can be
     /// written, in case it is enabled later).
     pub ipv6_enabled: bool,
     pub ipv4: FamilyOutcome,
     pub ipv6: FamilyOutcome,
+    /// The addresses a pod's lock lets packets go to (`--only-to`); empty for a sandbox's lock.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub only_to: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,10 +137,34 @@ pub fn apply(proxy_uid: u32) -> Result<NetlockReport, NetlockError> {
     };
     Ok(NetlockReport {
         backend: backend(version.trim()),
-        proxy_uid,
+        proxy_uid: Some(proxy_uid),
         ipv6_enabled: !ipv6_disabled(),
         ipv4,
         ipv6,
+        only_to: Vec::new(),
+    })
+}
+
+/// Locks the current network namespace as an `af` service's pod ([`pod_plan`]): nothing out
+/// but loopback, replies, and `allowed`.
+pub fn apply_pod(allowed: &[std::net::IpAddr]) -> Result<NetlockReport, NetlockError> {
+    if is_gvisor(&std::fs::read_to_string("/proc/version").unwrap_or_default()) {
+        return Err(NetlockError::GVisor);
+    }
+    let (_, version, _) = run("iptables", &["--version"], None)?;
+    let ipv4 = apply_plan(Family::V4, &pod_plan(Family::V4, allowed))?;
+    let ipv6 = match apply_plan(Family::V6, &pod_plan(Family::V6, allowed)) {
+        Ok(outcome) => outcome,
+        Err(_) if ipv6_disabled() => FamilyOutcome::Ipv6Disabled,
+        Err(err) => return Err(err),
+    };
+    Ok(NetlockReport {
+        backend: backend(version.trim()),
+        proxy_uid: None,
+        ipv6_enabled: !ipv6_disabled(),
+        ipv4,
+        ipv6,
+        only_to: allowed.iter().map(ToString::to_string).collect(),
     })
 }
 
@@ -206,10 +236,11 @@ pub fn apply_refusal(
     };
     Ok(NetlockReport {
         backend: backend(version.trim()),
-        proxy_uid: 0,
+        proxy_uid: None,
         ipv6_enabled: !ipv6_disabled(),
         ipv4,
         ipv6,
+        only_to: Vec::new(),
     })
 }
 

@@ -63,6 +63,49 @@ pub fn plan(family: Family, proxy_uid: u32) -> String {
     text
 }
 
+/// The netlock plan of an `af` service's pod on Kubernetes (`runtime.netlock`): every outgoing
+/// packet dropped except on loopback, replies on connections made *to* the pod (the kubelet's
+/// readiness checks, the ingress controller, the sidecar's webhooks), and packets to `allowed`
+/// — the environment's own Service addresses (the sidecar's and the services'), never a range:
+/// the service range holds the API server's address too. No uid is exempt: the gate runs in the
+/// pod as the engine's uid and must see what the workload would. TCP is refused with a local
+/// reset and the rest fails with EPERM, so the gate and the probe see refusals, not silence.
+pub fn pod_plan(family: Family, allowed: &[std::net::IpAddr]) -> String {
+    let mut lines = vec![
+        "*filter".to_string(),
+        ":INPUT ACCEPT [0:0]".to_string(),
+        ":FORWARD DROP [0:0]".to_string(),
+        ":OUTPUT DROP [0:0]".to_string(),
+        "-A OUTPUT -o lo -j ACCEPT".to_string(),
+        // A connection the pod opened was refused by its first packet, so it never gets here.
+        "-A OUTPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT".to_string(),
+    ];
+    if family == Family::V6 {
+        // As in `plan`: the kernel's neighbour discovery, which no workload socket can send.
+        for icmp_type in [133, 135, 136] {
+            lines.push(format!(
+                "-A OUTPUT -p ipv6-icmp -m icmp6 --icmpv6-type {icmp_type} -j ACCEPT"
+            ));
+        }
+    }
+    for address in allowed {
+        match (address, family) {
+            (std::net::IpAddr::V4(a), Family::V4) => {
+                lines.push(format!("-A OUTPUT -d {a}/32 -j ACCEPT"));
+            }
+            (std::net::IpAddr::V6(a), Family::V6) => {
+                lines.push(format!("-A OUTPUT -d {a}/128 -j ACCEPT"));
+            }
+            _ => {}
+        }
+    }
+    lines.push("-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset".to_string());
+    lines.push("COMMIT".to_string());
+    let mut text = lines.join("\n");
+    text.push('\n');
+    text
+}
+
 /// The refusal plan of a service's namespace on a platform network that drops silently (Docker's
 /// `internal` networks): every packet leaving through `interface` for anywhere outside the
 /// environment's `subnets` is refused here, visibly — a reset for TCP, EPERM for the rest —
@@ -192,6 +235,33 @@ mod tests {
             refusal_plan(Family::V6, "eth0", &subnets, &gateway),
             golden("refusal-v6.rules")
         );
+    }
+
+    #[test]
+    fn pod_plans_match_their_golden_files() {
+        let golden = |name: &str| {
+            std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/golden")
+                    .join(name),
+            )
+            .unwrap()
+        };
+        let allowed: Vec<std::net::IpAddr> = ["10.43.0.11", "10.43.0.12", "fd43::11"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let v4 = pod_plan(Family::V4, &allowed);
+        let v6 = pod_plan(Family::V6, &allowed);
+        if std::env::var_os("AF_UPDATE_GOLDEN").is_some() {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+            std::fs::write(dir.join("netlock-pod-v4.rules"), &v4).unwrap();
+            std::fs::write(dir.join("netlock-pod-v6.rules"), &v6).unwrap();
+        }
+        assert_eq!(v4, golden("netlock-pod-v4.rules"));
+        assert_eq!(v6, golden("netlock-pod-v6.rules"));
+        assert!(!v4.contains("uid-owner"), "no uid is exempt");
+        assert!(!v4.contains("fd43::11") && !v6.contains("10.43.0.11"), "each family its own");
     }
 
     #[test]

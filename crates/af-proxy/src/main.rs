@@ -61,11 +61,16 @@ enum Command {
         config_text: Option<String>,
     },
     /// Drop every outgoing packet of this network namespace except loopback and the proxy's uid,
-    /// IPv4 and IPv6, atomically; read the rules back to verify them. Needs NET_ADMIN.
+    /// IPv4 and IPv6, atomically; read the rules back to verify them. Needs NET_ADMIN. With
+    /// `--only-to`, an `af` service pod's lock instead: no uid exempt, only packets to these
+    /// addresses (the environment's Service addresses) and replies to connections made to it.
     Netlock {
         /// The uid whose sockets may still send (the proxy's).
-        #[arg(long, env = "AF_PROXY_UID", default_value_t = 1337)]
+        #[arg(long, env = "AF_PROXY_UID", default_value_t = 1337, conflicts_with = "only_to")]
         proxy_uid: u32,
+        /// An address packets may go to (repeat for several).
+        #[arg(long = "only-to")]
+        only_to: Vec<std::net::IpAddr>,
     },
     /// Refuse, visibly, every packet leaving through INTERFACE for anywhere outside the
     /// environment's subnets (a reset for TCP, EPERM for the rest), where the platform's network
@@ -253,7 +258,10 @@ fn main() -> ExitCode {
             };
             serve(loaded)
         }
-        Command::Netlock { proxy_uid } => netlock(af_guard::netlock::apply(proxy_uid)),
+        Command::Netlock { proxy_uid, only_to } if only_to.is_empty() => {
+            netlock(af_guard::netlock::apply(proxy_uid))
+        }
+        Command::Netlock { only_to, .. } => netlock(af_guard::netlock::apply_pod(&only_to)),
         Command::RefuseOutside {
             interface,
             subnets,

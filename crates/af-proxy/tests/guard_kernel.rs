@@ -674,6 +674,70 @@ fn the_first_packet_after_the_gate_gets_nothing_out() {
     drop(proxy);
 }
 
+/// Issue 28's netlock for an `af` service's pod on a cluster whose network does not enforce
+/// policies: `--only-to` the sidecar's address, no uid exempt. Positive control first: every
+/// target answers. Then the probe beside the sidecar, as the workload's uid and as the uid the
+/// engine's gate runs with, reaches the sidecar and nothing else — judged at the listeners — and
+/// a client outside still gets answers from a server in the pod (the kubelet's checks, the
+/// ingress, another service calling in).
+#[test]
+fn a_pods_netlock_lets_out_only_its_environments_addresses() {
+    let world = World::new("m");
+    world.assert_every_target_answers();
+    let output = world.in_workload(&[af_proxy(), "netlock", "--only-to", "10.99.0.2"]);
+    assert!(
+        output.status.success(),
+        "netlock failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = verdict(&output);
+    assert_eq!(report["ipv4"], "locked", "{report}");
+    assert_eq!(report["ipv6"], "locked", "{report}");
+    assert_eq!(report["only_to"], serde_json::json!(["10.99.0.2"]), "{report}");
+    assert!(report.get("proxy_uid").is_none(), "no uid is exempt: {report}");
+
+    let mut probe = probe_beside_the_sidecar();
+    probe.extend(battery_routes());
+    for uid in [WORKLOAD_UID, PROXY_UID] {
+        let before = world.reached_all();
+        let locked = world.as_uid(uid, &probe);
+        let locked_verdict = verdict(&locked);
+        assert!(locked.status.success(), "uid {uid}: {locked_verdict}");
+        assert_eq!(locked_verdict["control"]["reached"], true, "{locked_verdict}");
+        for (route, outcome) in outcomes(&locked_verdict) {
+            assert_eq!(outcome, "denied", "uid {uid}: {route}: {locked_verdict}");
+        }
+        let after = world.reached_all();
+        for (listener, count) in &after {
+            let grew = *count > before[listener];
+            let allowed = listener.starts_with("sidecar-");
+            assert!(
+                !grew || allowed,
+                "uid {uid} reached {listener} through the pod's lock: {after:?}"
+            );
+        }
+        assert!(
+            after["sidecar-proxy"] > before["sidecar-proxy"],
+            "uid {uid} reached the sidecar"
+        );
+    }
+
+    // As root: the pod's lock exempts no uid, so the server's replies are judged the same.
+    let _server = world.in_workload_background(
+        0,
+        &[
+            "python3",
+            "-c",
+            "import socket\ns = socket.create_server(('10.99.0.5', 8080))\nwhile True:\n  c, _ = s.accept(); c.sendall(c.recv(64).upper()); c.close()\n",
+        ],
+    );
+    world.outside(&[
+        "python3",
+        "-c",
+        "import socket, time\nfor _ in range(100):\n  try:\n    c = socket.create_connection(('10.99.0.5', 8080), timeout=2); break\n  except ConnectionRefusedError:\n    time.sleep(0.05)\nelse:\n  raise SystemExit('the server in the pod never listened')\nc.sendall(b'ping')\nassert c.recv(64) == b'PING', 'the reply must get out'\n",
+    ]);
+}
+
 /// Rules a platform's network policy might write: reject everything but loopback and the sidecar
 /// (plus `extra` rules placed before the reject). TCP is refused with a reset: ICMPv6 errors are
 /// rate-limited to about one a second, which would leave most refusals unanswered.
