@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use af_kube::render::{CaptureInput, Cluster, RenderInput, render, to_yaml};
+use af_kube::render::{CaptureInput, Cluster, RenderInput, render, stand_in_service_ips, to_yaml};
 use af_manifest::ImageSource;
 use af_runtime::capture_trust::CaptureCaPem;
 
@@ -56,10 +56,13 @@ pub fn run(args: &RenderArgs, manifest_path: &Path, json: bool) -> anyhow::Resul
         cert: TOKEN_STAND_IN.to_string(),
         key: TOKEN_STAND_IN.to_string(),
     };
+    // The services' ClusterIPs are assigned when their Services are created, like the sidecar's.
+    let service_ips = stand_in_service_ips(&manifest);
     let rendered = match render(&RenderInput {
         manifest: &manifest,
         env: &env,
         sidecar_ip: args.sidecar_ip,
+        service_ips: &service_ips,
         engine_image: &engine_image,
         images: &images,
         image_commands: &no_commands,

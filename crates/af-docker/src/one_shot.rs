@@ -394,10 +394,8 @@ pub async fn apply_refusal(
     if applied.exit_code != 0 {
         return Err(DockerError::Runtime(
             af_runtime::RuntimeErrorKind::NetlockFailed {
-                detail: format!(
-                    "the refusal rules did not apply in {holder}: {}",
-                    applied.stderr.trim()
-                ),
+                place: format!("the holder {holder}"),
+                detail: format!("the refusal rules did not apply: {}", applied.stderr.trim()),
             }
             .into(),
         ));

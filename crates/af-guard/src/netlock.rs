@@ -45,7 +45,7 @@ pub struct NetlockReport {
 #[derive(Debug, thiserror::Error)]
 pub enum NetlockError {
     #[error(
-        "refusing to run under gVisor: netlock needs netfilter owner matching, which gVisor does not implement, so the lock would only look applied; run the sandbox with runc or Kata"
+        "refusing to run under gVisor: its network stack implements only part of netfilter (no owner matching among what it lacks), so a lock would only look applied; run it with runc or Kata"
     )]
     GVisor,
     #[error("cannot run {command}: {detail}; the iptables tools must be in the netlock image")]

@@ -261,7 +261,10 @@ mod tests {
         assert_eq!(v4, golden("netlock-pod-v4.rules"));
         assert_eq!(v6, golden("netlock-pod-v6.rules"));
         assert!(!v4.contains("uid-owner"), "no uid is exempt");
-        assert!(!v4.contains("fd43::11") && !v6.contains("10.43.0.11"), "each family its own");
+        assert!(
+            !v4.contains("fd43::11") && !v6.contains("10.43.0.11"),
+            "each family its own"
+        );
     }
 
     #[test]

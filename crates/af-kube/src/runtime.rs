@@ -1,10 +1,11 @@
 //! The Kubernetes runtime: `up`, `down` and `status` of an environment on a cluster, in the
 //! order the guarantee needs (seed 000, with the sidecar before the probe, issue 27): version
-//! check → fit check → namespace → policies → sidecar (its Service first: its ClusterIP is every
-//! pod's resolver) → containment probe (whose positive control is the sidecar) → every Service →
-//! the start waves of `depends_on`, each its migrations, its Deployments, their readiness (as the
-//! local runtime starts them) → ingresses. Everything is rendered by [`crate::render`] and applied server-side with one field
-//! manager, so a second `up` sends the same objects and changes nothing.
+//! check → fit check → namespace → policies → every Service, the sidecar's first (its ClusterIP is
+//! every pod's resolver; with netlock the Services' addresses are all a pod may send to) →
+//! sidecar → containment probe (whose positive control is the sidecar) → the start waves of
+//! `depends_on`, each its migrations, its Deployments, their readiness (as the local runtime
+//! starts them) → ingresses. Everything is rendered by [`crate::render`] and applied server-side
+//! with one field manager, so a second `up` sends the same objects and changes nothing.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -16,7 +17,7 @@ use af_runtime::{
 };
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::Api;
 use kube::api::{ListParams, LogParams, Patch, PatchParams};
@@ -27,7 +28,9 @@ use crate::apply::{
 };
 use crate::images::{Loader, load_command, loader_for, on_every_node};
 use crate::render::names::{ROLE_LABEL, SERVICE_LABEL, SIDECAR, namespace as namespace_name};
-use crate::render::{CaptureInput, Cluster, Object, RenderInput, Rendered, render, with_bundle};
+use crate::render::{
+    CaptureInput, Cluster, Object, RenderInput, Rendered, render, stand_in_service_ips, with_bundle,
+};
 
 /// Where the last containment verdict is kept, for `af status`: on the namespace, which a
 /// workload cannot write (no pod has a service account token).
@@ -291,7 +294,7 @@ impl KubeRuntime {
         cluster: &Cluster,
         environment: &Environment,
         images: &BTreeMap<String, String>,
-        sidecar_ip: IpAddr,
+        (sidecar_ip, service_ips): (IpAddr, &BTreeMap<String, IpAddr>),
         (token, capture): (&str, Option<CaptureInput<'_>>),
     ) -> Result<Rendered, RuntimeError> {
         let commands = BTreeMap::new();
@@ -299,6 +302,7 @@ impl KubeRuntime {
             manifest: &environment.manifest,
             env: &environment.id,
             sidecar_ip,
+            service_ips,
             engine_image: &self.engine_image,
             images,
             image_commands: &commands,
@@ -308,6 +312,28 @@ impl KubeRuntime {
             capture,
         })
         .map_err(|e| RuntimeError::platform_failed("rendering the environment", e))
+    }
+
+    /// Applies a Service: the ClusterIP the cluster gave it, and whether it was written.
+    async fn apply_service(&self, service: &Service) -> Result<(IpAddr, bool), RuntimeError> {
+        let (applied, wrote) =
+            objects::apply(self.client.clone(), &Object::Service(service.clone())).await?;
+        let ip = match &applied {
+            Object::Service(s) => s.spec.as_ref().and_then(|spec| spec.cluster_ip.clone()),
+            _ => None,
+        }
+        .and_then(|ip| ip.parse().ok())
+        .ok_or_else(|| {
+            RuntimeError::platform_failed(
+                format!(
+                    "reading the ClusterIP of {}/{}",
+                    service.metadata.namespace.as_deref().unwrap_or_default(),
+                    service.metadata.name.as_deref().unwrap_or_default()
+                ),
+                "the cluster assigned none",
+            )
+        })?;
+        Ok((ip, wrote))
     }
 
     /// Applies `objects` in order; `true` when any was written.
@@ -458,10 +484,11 @@ impl Runtime for KubeRuntime {
         progress: &dyn ProgressSink,
     ) -> Result<UpReport, RuntimeError> {
         self.refuse_unsupported(&environment.manifest)?;
-        crate::apply::version::check(&self.client).await?;
+        // Which cluster, before the first question to it: an error that follows names it.
         progress.emit(ProgressEvent::Notice {
             message: format!("af up is about to change {}", self.target),
         });
+        crate::apply::version::check(&self.client).await?;
         let cluster = match &self.cluster {
             Some(cluster) => cluster.clone(),
             None => {
@@ -480,8 +507,16 @@ impl Runtime for KubeRuntime {
             self.images(environment),
         )
         .await?;
-        // Sizes do not depend on the sidecar's address: the fit check runs before anything exists.
-        let sized = self.rendered(&cluster, environment, &images, STAND_IN, ("", None))?;
+        // Sizes do not depend on the Services' addresses: the fit check runs before anything
+        // exists.
+        let stand_ins = stand_in_service_ips(&environment.manifest);
+        let sized = self.rendered(
+            &cluster,
+            environment,
+            &images,
+            (STAND_IN, &stand_ins),
+            ("", None),
+        )?;
         af_runtime::run_step(
             progress,
             Step::FitCheck,
@@ -540,24 +575,17 @@ impl Runtime for KubeRuntime {
             },
         )
         .await?;
-        // The sidecar's Service first: its ClusterIP is every pod's resolver and proxy.
-        let (service, wrote) = objects::apply(
-            client.clone(),
-            &Object::Service(sized.sidecar_service.clone()),
-        )
-        .await?;
+        // The Services first, the sidecar's and then every service's: the sidecar's ClusterIP is
+        // every pod's resolver and proxy, and with netlock their addresses are the only ones a pod
+        // may send to. A Service runs nothing, and a name resolves before anything calls it.
+        let (sidecar_ip, wrote) = self.apply_service(&sized.sidecar_service).await?;
         changed |= wrote;
-        let sidecar_ip: IpAddr = match &service {
-            Object::Service(s) => s.spec.as_ref().and_then(|spec| spec.cluster_ip.clone()),
-            _ => None,
+        let mut service_ips = BTreeMap::new();
+        for service in &sized.services {
+            let (ip, wrote) = self.apply_service(service).await?;
+            changed |= wrote;
+            service_ips.insert(service.metadata.name.clone().unwrap_or_default(), ip);
         }
-        .and_then(|ip| ip.parse().ok())
-        .ok_or_else(|| {
-            RuntimeError::platform_failed(
-                format!("reading the ClusterIP of {name}/{SIDECAR}"),
-                "the cluster assigned none",
-            )
-        })?;
         // The token and the capture CA the sidecar already has are kept: a new token would replace
         // the sidecar every up, a new CA every service (they trust the one they were given).
         let current = self.current_config(&name).await.unwrap_or_default();
@@ -588,7 +616,7 @@ impl Runtime for KubeRuntime {
             &cluster,
             environment,
             &images,
-            sidecar_ip,
+            (sidecar_ip, &service_ips),
             (&token, capture),
         )?;
         changed |= af_runtime::run_step(progress, Step::Sidecar, "the egress sidecar", async {
@@ -640,13 +668,9 @@ impl Runtime for KubeRuntime {
                 ))])
                 .await?;
         }
-        // Every Service first (a name resolves, and has its ClusterIP, before anything calls
-        // it); then the services in the waves `depends_on` makes, as the local runtime starts
-        // them: a service's migration once the services it depends on are ready, then the
-        // service, ready before the next wave.
-        changed |= self
-            .apply_all(rendered.services.iter().cloned().map(Object::Service))
-            .await?;
+        // The services in the waves `depends_on` makes, as the local runtime starts them: a
+        // service's migration once the services it depends on are ready, then the service, ready
+        // before the next wave.
         for wave in rendered.waves() {
             for migration in &wave.migrations {
                 let detail = migration.metadata.name.clone().unwrap_or_default();

@@ -33,6 +33,7 @@ fn every_failing_check_is_explained_and_every_explanation_is_of_a_failing_check(
         ("shop", support::shop()),
         ("no-domain", support::without_domain(support::shop())),
         ("no-resources", support::without_resources(support::shop())),
+        ("netlock", support::with_netlock(support::shop())),
     ] {
         let yaml = to_yaml(&support::rendered(&manifest).in_apply_order()).unwrap();
         std::fs::write(dir.join(format!("{name}.yaml")), yaml).unwrap();

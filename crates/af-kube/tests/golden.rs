@@ -1,5 +1,5 @@
 //! The example environment's objects as reviewed YAML under tests/golden/: with and without a
-//! domain, with and without sizes. A change to rendering shows up as a diff of these files; run
+//! domain, with and without sizes, with netlock. A change to rendering shows up as a diff of these files; run
 //! with AF_UPDATE_GOLDEN=1 to rewrite them, then review the diff.
 
 mod support;
@@ -42,4 +42,9 @@ fn shop_without_sizes() {
         "shop-no-resources.yaml",
         support::without_resources(support::shop()),
     );
+}
+
+#[test]
+fn shop_with_netlock() {
+    check("shop-netlock.yaml", support::with_netlock(support::shop()));
 }

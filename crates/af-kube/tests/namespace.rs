@@ -72,7 +72,9 @@ async fn up_creates_the_namespace_with_our_labels_in_the_create_call_and_reuses_
             201,
             serde_json::to_value(ours()).unwrap(),
         ),
-        // The second up: one read, and no write (the script ends here).
+        // The second up: a read to judge it, a read to compare its labels with what is
+        // rendered now, and no write (the script ends here).
+        ("GET", path, 200, serde_json::to_value(ours()).unwrap()),
         ("GET", path, 200, serde_json::to_value(ours()).unwrap()),
     ]);
     ensure(client.clone(), &ours(), &env(), quick())

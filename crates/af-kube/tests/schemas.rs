@@ -52,6 +52,7 @@ fn every_rendered_object_passes_the_official_schemas_strictly() {
         ("shop", support::shop()),
         ("no-domain", support::without_domain(support::shop())),
         ("no-resources", support::without_resources(support::shop())),
+        ("netlock", support::with_netlock(support::shop())),
     ] {
         // One file per object: a failure names the object.
         for (index, object) in support::rendered(&manifest)

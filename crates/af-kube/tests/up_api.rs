@@ -99,7 +99,11 @@ async fn up_writes_in_the_seeds_order_and_a_second_up_writes_nothing_but_the_pro
         expected.push(format!("PATCH {ns}/networkpolicies {policy}"));
     }
     expected.extend([
+        // Every Service first, the sidecar's first of all: their ClusterIPs are what the pods
+        // are rendered with (the resolver, and with netlock all a pod may send to).
         format!("PATCH {ns}/services af-sidecar"),
+        format!("PATCH {ns}/services worker"),
+        format!("PATCH {ns}/services web"),
         // The sidecar before the probe: the probe's positive control is that it reaches it.
         format!("PATCH {ns}/secrets af-sidecar-config"),
         format!("PATCH {ns}/deployments af-sidecar"),
@@ -109,10 +113,8 @@ async fn up_writes_in_the_seeds_order_and_a_second_up_writes_nothing_but_the_pro
         // The capture CA's certificate (the shop captures its payments API): after the sidecar,
         // before the first workload pod mounts it.
         format!("PATCH {ns}/configmaps af-capture-trust"),
-        // Every Service, then the waves of `depends_on`: the worker, then web's migration (it
-        // calls the worker) and web and report.
-        format!("PATCH {ns}/services worker"),
-        format!("PATCH {ns}/services web"),
+        // The waves of `depends_on`: the worker, then web's migration (it calls the worker)
+        // and web and report.
         format!("PATCH {ns}/deployments worker"),
         format!("PATCH {ns}/jobs af-migrate-web"),
         format!("PATCH {ns}/deployments report"),
@@ -427,9 +429,20 @@ async fn a_second_up_is_not_refused_for_the_room_its_own_pods_take() {
 
 /// What a pod of `service` says, the rest healthy.
 fn with_fate(service: &'static str, fate: fake_cluster::Fate) -> Shared {
+    fated(
+        move |origin| origin.kind == "Deployment" && origin.name == service,
+        fate,
+    )
+}
+
+/// What the pods made by the objects `chosen` picks say, the rest healthy.
+fn fated(
+    chosen: impl Fn(&fake_cluster::Origin) -> bool + Send + 'static,
+    fate: fake_cluster::Fate,
+) -> Shared {
     let fake = Shared::default();
     fake.lock().unwrap().script = Box::new(move |origin, _| {
-        if origin.kind == "Deployment" && origin.name == service {
+        if chosen(origin) {
             fate.clone()
         } else {
             fake_cluster::Fate::Healthy
@@ -569,4 +582,160 @@ async fn an_up_right_after_down_waits_for_the_namespace_to_finish_terminating() 
     runtime.up(&environment(), &Quiet).await.unwrap();
     let written = writes(&fake);
     assert_eq!(written[0], "POST namespaces af-shop-main", "{written:#?}");
+}
+
+fn with_netlock() -> Environment {
+    Environment {
+        manifest: support::with_netlock(shop()),
+        ..environment()
+    }
+}
+
+/// The init containers' names and the netlock step's arguments of a pod template.
+fn netlock_of(spec: &serde_json::Value) -> (Vec<String>, Vec<String>) {
+    let init = spec["initContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names = init
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let args = init
+        .iter()
+        .find(|c| c["name"] == "af-netlock")
+        .map(|c| serde_json::from_value(c["args"].clone()).unwrap())
+        .unwrap_or_default();
+    (names, args)
+}
+
+/// `runtime.netlock`: every customer pod's first step locks it to the environment's own Service
+/// addresses, as the cluster assigned them (the sidecar's and each service's, never a range);
+/// the sidecar's pod has no lock (it is the way out). The fake admits pods as Pod Security does,
+/// so the namespace's level must admit the step: an environment first brought up without
+/// netlock, at `baseline`, is relabelled when netlock is turned on — else its probe is refused.
+#[tokio::test]
+async fn with_netlock_every_customer_pod_is_locked_to_the_environments_service_addresses() {
+    let fake = Shared::default();
+    let runtime = runtime(&fake);
+    runtime.up(&environment(), &Quiet).await.unwrap();
+    let ns = "af-shop-main";
+    let level = |fake: &Shared| {
+        fake.lock()
+            .unwrap()
+            .object(&format!("namespaces/{ns}"))
+            .unwrap()["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+            .clone()
+    };
+    assert_eq!(level(&fake), "baseline");
+
+    runtime.up(&with_netlock(), &Quiet).await.unwrap();
+    assert_eq!(
+        level(&fake),
+        "privileged",
+        "the step needs NET_ADMIN as root"
+    );
+    let state = fake.lock().unwrap();
+    let ip = |service: &str| {
+        state.object(&format!("{ns}/services/{service}")).unwrap()["spec"]["clusterIP"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut expected = vec!["netlock".to_string()];
+    for service in ["af-sidecar", "web", "worker"] {
+        expected.extend(["--only-to".to_string(), ip(service)]);
+    }
+    for key in [
+        "deployments/web",
+        "deployments/worker",
+        "deployments/report",
+        "jobs/af-migrate-web",
+    ] {
+        let object = state.object(&format!("{ns}/{key}")).unwrap();
+        let (init, args) = netlock_of(&object["spec"]["template"]["spec"]);
+        assert_eq!(
+            init.first().map(String::as_str),
+            Some("af-netlock"),
+            "{key}: {init:?}"
+        );
+        assert_eq!(
+            init.get(1).map(String::as_str),
+            Some("af-gate"),
+            "{key}: then the gate"
+        );
+        assert_eq!(args, expected, "{key}");
+    }
+    let sidecar = state
+        .object(&format!("{ns}/deployments/af-sidecar"))
+        .unwrap();
+    let (init, _) = netlock_of(&sidecar["spec"]["template"]["spec"]);
+    assert!(!init.contains(&"af-netlock".to_string()), "{init:?}");
+}
+
+/// The probe is locked as the services will be, so an admission rule that refuses the step
+/// refuses the probe first: AF-RUN-058 with the rule's words and advice that names netlock,
+/// before any service's pod is asked for.
+#[tokio::test]
+async fn an_admission_rule_that_refuses_the_netlock_step_stops_up_at_the_probe() {
+    let fake = fated(
+        |origin| origin.kind == "Pod",
+        fake_cluster::Fate::Forbidden {
+            message: "admission webhook \"validate.kyverno.svc\" denied the request: NET_ADMIN is not allowed".into(),
+        },
+    );
+    let err = runtime(&fake)
+        .up(&with_netlock(), &Quiet)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), RunCode::PodWillNotStart, "{err}");
+    assert!(
+        err.to_string().contains("the containment probe") && err.to_string().contains("kyverno"),
+        "{err}"
+    );
+    assert!(err.help().contains("runtime.netlock"), "{}", err.help());
+    let writes = writes(&fake);
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.contains("/deployments ") && !w.ends_with("af-sidecar")),
+        "no service was asked for: {writes:?}"
+    );
+}
+
+/// A netlock step that cannot lock its pod (a gVisor runtime class, say) is AF-RUN-051 naming
+/// the pod and the step's own cause, at the probe and at a service's pod alike — whose kubelet
+/// restarts the step, so its failure shows in `lastState`.
+#[tokio::test]
+async fn a_netlock_step_that_fails_is_af_run_051_with_its_cause() {
+    // What `af-proxy netlock` prints under gVisor.
+    let cause = "refusing to run under gVisor: its network stack implements only part of netfilter (no owner matching among what it lacks), so a lock would only look applied; run it with runc or Kata";
+    let said = af_runtime::RuntimeError::from(af_runtime::RuntimeErrorKind::NetlockFailed {
+        place: "this pod".into(),
+        detail: cause.into(),
+    });
+    let log = format!("af-proxy netlock: {said}\n  help: {}\n", said.help());
+    for failing in ["Pod", "Deployment"] {
+        let fake = fated(
+            move |origin| origin.kind == failing && origin.name != "af-sidecar",
+            fake_cluster::Fate::NetlockFails { log: log.clone() },
+        );
+        let err = runtime(&fake)
+            .up(&with_netlock(), &Quiet)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), RunCode::NetlockFailed, "{failing}: {err}");
+        let text = err.to_string();
+        let place = if failing == "Pod" {
+            "the containment probe (pod af-shop-main/af-probe)"
+        } else {
+            "service worker (pod af-shop-main/worker-"
+        };
+        assert!(text.contains(place), "{failing}: {text}");
+        assert!(
+            text.ends_with(&format!("must not start: {cause}")),
+            "the step's cause, said once: {text}"
+        );
+        assert!(err.help().contains("gVisor"), "{}", err.help());
+    }
 }

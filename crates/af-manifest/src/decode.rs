@@ -31,11 +31,12 @@ pub const DEFAULT_DATABASE_IMAGE: &str = "postgres:16-alpine";
 const TOP_KEYS: [&str; 6] = [
     "version", "name", "runtime", "services", "egress", "database",
 ];
-const RUNTIME_KEYS: [&str; 4] = [
+const RUNTIME_KEYS: [&str; 5] = [
     "provider",
     "kubeconfig_context",
     "namespace_prefix",
     "domain",
+    "netlock",
 ];
 const SERVICE_KEYS: [&str; 13] = [
     "image",
@@ -244,11 +245,13 @@ fn read_runtime(
             }
         }
     });
+    let netlock = optional(fields.get("netlock"), |n| reader.bool(n, "runtime.netlock"));
     Some(RuntimeSettings {
         provider: provider?,
         kubeconfig_context: kubeconfig_context?,
         namespace_prefix: namespace_prefix?.unwrap_or_else(|| "af-".to_string()),
         domain: domain?,
+        netlock: netlock?.unwrap_or(false),
     })
 }
 

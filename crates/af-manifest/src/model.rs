@@ -56,6 +56,9 @@ pub struct RuntimeSettings {
     pub namespace_prefix: String,
     /// With a domain, each web service gets a preview URL `<environment>-<service>.<domain>`.
     pub domain: Option<String>,
+    /// Kubernetes: a netlock init container in every customer pod (the probe's too), so the
+    /// environment stays contained where the cluster's network enforces nothing. Default false.
+    pub netlock: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

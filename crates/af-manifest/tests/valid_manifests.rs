@@ -98,6 +98,7 @@ fn defaults_and_normalization() {
     .unwrap();
     assert_eq!(manifest.runtime.namespace_prefix, "af-");
     assert_eq!(manifest.runtime.kubeconfig_context, None);
+    assert!(!manifest.runtime.netlock, "netlock is opt-in");
     assert_eq!(
         manifest.runtime.domain.as_deref(),
         Some("preview.example.com")
@@ -205,4 +206,14 @@ fn a_capture_ca_is_needed_where_hosts_or_mail_are_captured() {
         ..EgressPolicy::default()
     };
     assert!(hosts.needs_capture_ca());
+}
+
+#[test]
+fn runtime_netlock_is_read() {
+    let manifest = af_manifest::parse(
+        "name: app\nruntime: {provider: kubernetes, netlock: true}\nservices:\n  api: {build: ./api}\n",
+        "af.yaml",
+    )
+    .unwrap();
+    assert!(manifest.runtime.netlock);
 }

@@ -66,7 +66,12 @@ enum Command {
     /// addresses (the environment's Service addresses) and replies to connections made to it.
     Netlock {
         /// The uid whose sockets may still send (the proxy's).
-        #[arg(long, env = "AF_PROXY_UID", default_value_t = 1337, conflicts_with = "only_to")]
+        #[arg(
+            long,
+            env = "AF_PROXY_UID",
+            default_value_t = 1337,
+            conflicts_with = "only_to"
+        )]
         proxy_uid: u32,
         /// An address packets may go to (repeat for several).
         #[arg(long = "only-to")]
@@ -259,18 +264,19 @@ fn main() -> ExitCode {
             serve(loaded)
         }
         Command::Netlock { proxy_uid, only_to } if only_to.is_empty() => {
-            netlock(af_guard::netlock::apply(proxy_uid))
+            netlock(af_guard::netlock::apply(proxy_uid), "this sandbox")
         }
-        Command::Netlock { only_to, .. } => netlock(af_guard::netlock::apply_pod(&only_to)),
+        Command::Netlock { only_to, .. } => {
+            netlock(af_guard::netlock::apply_pod(&only_to), "this pod")
+        }
         Command::RefuseOutside {
             interface,
             subnets,
             platform_side,
-        } => netlock(af_guard::netlock::apply_refusal(
-            &interface,
-            &subnets,
-            &platform_side,
-        )),
+        } => netlock(
+            af_guard::netlock::apply_refusal(&interface, &subnets, &platform_side),
+            "this service's namespace",
+        ),
         Command::Hold => hold(),
         Command::Cron { schedule, command } => match af_manifest::parse_cron(&schedule) {
             Ok(schedule) => cron::run(&schedule, &command),
@@ -459,6 +465,7 @@ fn hold() -> ExitCode {
 /// Reports a kernel-filter step: the JSON report on success, AF-RUN-051 otherwise.
 fn netlock(
     result: Result<af_guard::netlock::NetlockReport, af_guard::netlock::NetlockError>,
+    place: &str,
 ) -> ExitCode {
     match result {
         Ok(report) => {
@@ -470,6 +477,7 @@ fn netlock(
         }
         Err(err) => {
             let err = af_runtime::RuntimeError::from(af_runtime::RuntimeErrorKind::NetlockFailed {
+                place: place.to_string(),
                 detail: err.to_string(),
             });
             eprintln!("af-proxy netlock: {err}\n  help: {}", err.help());

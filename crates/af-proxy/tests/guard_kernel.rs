@@ -693,8 +693,15 @@ fn a_pods_netlock_lets_out_only_its_environments_addresses() {
     let report = verdict(&output);
     assert_eq!(report["ipv4"], "locked", "{report}");
     assert_eq!(report["ipv6"], "locked", "{report}");
-    assert_eq!(report["only_to"], serde_json::json!(["10.99.0.2"]), "{report}");
-    assert!(report.get("proxy_uid").is_none(), "no uid is exempt: {report}");
+    assert_eq!(
+        report["only_to"],
+        serde_json::json!(["10.99.0.2"]),
+        "{report}"
+    );
+    assert!(
+        report.get("proxy_uid").is_none(),
+        "no uid is exempt: {report}"
+    );
 
     let mut probe = probe_beside_the_sidecar();
     probe.extend(battery_routes());
@@ -703,7 +710,10 @@ fn a_pods_netlock_lets_out_only_its_environments_addresses() {
         let locked = world.as_uid(uid, &probe);
         let locked_verdict = verdict(&locked);
         assert!(locked.status.success(), "uid {uid}: {locked_verdict}");
-        assert_eq!(locked_verdict["control"]["reached"], true, "{locked_verdict}");
+        assert_eq!(
+            locked_verdict["control"]["reached"], true,
+            "{locked_verdict}"
+        );
         for (route, outcome) in outcomes(&locked_verdict) {
             assert_eq!(outcome, "denied", "uid {uid}: {route}: {locked_verdict}");
         }

@@ -170,7 +170,7 @@ impl PodFailureKind {
                 "the service's own process keeps exiting; its last lines are above: fix the service, its command or its environment, and run af up again"
             }
             PodFailureKind::AdmissionRefused => {
-                "an admission rule of the cluster refused the pod (a PodSecurity level, a policy webhook, a quota or LimitRange), and its message above names the rule: ask the cluster's administrator to allow it in af's namespaces, or change what the manifest asks"
+                "an admission rule of the cluster refused the pod (a PodSecurity level, a policy webhook, a quota or LimitRange), and its message above names the rule: ask the cluster's administrator to allow it in af's namespaces, or change what the manifest asks (with runtime.netlock each pod's first step runs as root with NET_ADMIN, which af's namespace admits at the PodSecurity level privileged and a policy engine may refuse)"
             }
         }
     }
@@ -212,6 +212,9 @@ pub enum RuntimeErrorKind {
         problems: Vec<String>,
     },
     NetlockFailed {
+        /// What was to be locked: `this sandbox`, `this pod`, `service web (pod af-x/web-1)`,
+        /// `the holder af-x-web-holder`.
+        place: String,
         /// What failed, in words (gVisor, a missing tool, no owner match, a rule set that did not
         /// read back as applied).
         detail: String,
@@ -314,10 +317,8 @@ impl RuntimeError {
                 "the sidecar configuration {file} cannot be used, so the sidecar serves nothing: {}",
                 problems.join("; ")
             ),
-            RuntimeErrorKind::NetlockFailed { detail } => {
-                format!(
-                    "netlock did not lock this sandbox, so its workload must not start: {detail}"
-                )
+            RuntimeErrorKind::NetlockFailed { place, detail } => {
+                format!("netlock did not lock {place}, so its workload must not start: {detail}")
             }
             RuntimeErrorKind::PodWillNotStart {
                 workload,
@@ -351,7 +352,7 @@ impl RuntimeError {
             RuntimeErrorKind::NotOurs { .. } => "af never removes or reuses what it did not create: rename or remove that object yourself, or use another --env".to_string(),
             RuntimeErrorKind::DoesNotFit { .. } => "lower services.<name>.resources or replicas, or free capacity on the platform".to_string(),
             RuntimeErrorKind::SidecarConfigInvalid { .. } => "fix each problem named; the configuration format is in docs/sidecar.md".to_string(),
-            RuntimeErrorKind::NetlockFailed { .. } => "run the sandbox under runc or Kata with NET_ADMIN for the netlock step and the iptables tools in its image; see docs/containment.md".to_string(),
+            RuntimeErrorKind::NetlockFailed { .. } => "run it under runc or Kata (gVisor has no netfilter owner match), give its netlock step NET_ADMIN as root, and ship the iptables tools in that step's image (af's engine image carries them); see docs/containment.md".to_string(),
             RuntimeErrorKind::PodWillNotStart { cause, .. } => format!("{}; `af down` removes what was created", cause.next_step()),
             RuntimeErrorKind::ClusterTooOld { minimum, .. } => format!("use a cluster of Kubernetes {minimum} or later (docs/runtimes.md says why that version); nothing was created"),
         }

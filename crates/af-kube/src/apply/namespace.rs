@@ -107,19 +107,22 @@ async fn wait_gone(
     }
 }
 
-/// Creates `namespace` (which carries our labels in the object itself), reuses it when it is ours,
-/// waits out an earlier `down` still deleting it, and refuses one that is not ours. `true` when it
-/// created the namespace.
+/// Creates `namespace` (which carries our labels in the object itself), reuses it when it is ours
+/// — with its labels as rendered now: the Pod Security level follows `runtime.netlock` — waits out
+/// an earlier `down` still deleting it, and refuses one that is not ours. `true` when it wrote.
 pub async fn ensure(
     client: kube::Client,
     namespace: &Namespace,
     env: &EnvironmentId,
     patience: Patience,
 ) -> Result<bool, RuntimeError> {
-    let api: Api<Namespace> = Api::all(client);
+    let api: Api<Namespace> = Api::all(client.clone());
     let name = namespace.metadata.name.clone().unwrap_or_default();
     match state_of(read(&api, &name).await?.as_ref(), env) {
-        NamespaceState::Ours => return Ok(false),
+        NamespaceState::Ours => {
+            let object = crate::render::Object::Namespace(namespace.clone());
+            return Ok(super::objects::apply(client, &object).await?.1);
+        }
         NamespaceState::Foreign => return Err(not_ours(&name)),
         NamespaceState::Terminating { .. } => wait_gone(&api, &name, env, patience).await?,
         NamespaceState::Absent => {}

@@ -1,11 +1,13 @@
 //! Running the containment probe Pod and reading its verdict, before any service image runs. A
-//! probe that cannot be pulled, does not finish, or prints no verdict refuses the environment:
-//! an unanswered question about a security control is not a pass.
+//! probe that does not finish or prints no verdict refuses the environment (an unanswered
+//! question about a security control is not a pass); one that says it will never run — refused
+//! by admission, its image unpullable, its netlock step failed — says why at once.
 
 use std::time::Duration;
 
 use af_runtime::{
-    ContainmentSummary, FindingKind, RouteFinding, RuntimeError, RuntimeErrorKind, judge_probe,
+    ContainmentSummary, FindingKind, PodFailureKind, RouteFinding, RuntimeError, RuntimeErrorKind,
+    judge_probe,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -44,6 +46,9 @@ pub fn image_problem(pod: &Pod) -> Option<String> {
         })
 }
 
+/// How the probe's pod is named to the person.
+const WORKLOAD: &str = "the containment probe";
+
 /// Creates `pod` (replacing a leftover of an earlier run), waits until it finishes, reads its
 /// verdict, removes it.
 pub async fn run(
@@ -69,20 +74,36 @@ pub async fn run_to_output(
     let api: Api<Pod> = Api::namespaced(client, namespace);
     let name = pod.metadata.name.clone().unwrap_or_default();
     remove(&api, &name).await?;
-    api.create(&PostParams::default(), pod).await.map_err(|e| {
-        RuntimeError::platform_failed(format!("creating the probe pod {namespace}/{name}"), e)
-    })?;
+    match api.create(&PostParams::default(), pod).await {
+        Ok(_) => {}
+        // Admission (a Pod Security level, a policy webhook) refuses it: nothing of the
+        // environment's would be admitted either.
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            return Err(RuntimeErrorKind::PodWillNotStart {
+                workload: WORKLOAD.to_string(),
+                pod: format!("{namespace}/{name}"),
+                cause: PodFailureKind::AdmissionRefused,
+                detail: status.message,
+            }
+            .into());
+        }
+        Err(err) => {
+            return Err(RuntimeError::platform_failed(
+                format!("creating the probe pod {namespace}/{name}"),
+                err,
+            ));
+        }
+    }
     let started = tokio::time::Instant::now();
     let finished = loop {
         let current = api.get(&name).await.map_err(|e| {
             RuntimeError::platform_failed(format!("reading the probe pod {namespace}/{name}"), e)
         })?;
-        if let Some(problem) = image_problem(&current) {
+        if let Some(problem) = super::readiness::pod_problem(&current) {
+            let err =
+                super::readiness::problem_error(&api, namespace, WORKLOAD, &current, problem).await;
             let _ = remove(&api, &name).await;
-            return Err(RuntimeError::platform_failed(
-                format!("starting the probe pod {namespace}/{name}"),
-                problem,
-            ));
+            return Err(err);
         }
         let phase = current.status.as_ref().and_then(|s| s.phase.clone());
         if matches!(phase.as_deref(), Some("Succeeded" | "Failed")) {

@@ -1,19 +1,21 @@
 //! Readiness: every replica of every Deployment waited on ready (a third pod still scheduling is
 //! not ready). Waiting stops at once, naming the cause, when a pod says it will never get there —
 //! the node refused it, its image cannot be pulled, it cannot be scheduled, it crash-loops,
-//! admission refuses to create it (AF-RUN-058) — or its startup gate refused (AF-RUN-043): a
-//! real cluster's ReplicaSet remade a refused sidecar pod every second while `up` waited 300 s.
+//! admission refuses to create it (AF-RUN-058) — its netlock step failed (AF-RUN-051), or its
+//! startup gate refused (AF-RUN-043): a real cluster's ReplicaSet remade a refused sidecar pod
+//! every second while `up` waited 300 s.
 
 use std::time::Duration;
 
 use af_runtime::{PodFailureKind, RuntimeError, RuntimeErrorKind};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::Api;
 use kube::api::{ListParams, LogParams};
 
 use super::Patience;
 use super::probe::image_problem;
+use crate::render::names::NETLOCK;
 
 /// Why a pod will never become ready, as the pod says it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +28,28 @@ pub enum PodProblem {
     },
     /// Its startup gate (`af-gate`) exited with `exit_code`: containment was not shown for it.
     GateRefused { exit_code: i32 },
+    /// Its netlock step (`af-netlock`, `runtime.netlock`) exited with `exit_code`: the pod is
+    /// not locked, so nothing of it may run.
+    NetlockFailed { exit_code: i32 },
+}
+
+/// The exit code of the init container `name` when its last run failed. A pod that restarts
+/// (a Deployment's) shows the failure in `lastState` while it waits to try again, which is most
+/// of the time; one that does not (a Job's, the probe's) in `state`.
+fn failed_init(status: &PodStatus, name: &str) -> Option<i32> {
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .filter(|s| s.name == name)
+        .find_map(|s| {
+            let terminated = s
+                .state
+                .as_ref()
+                .and_then(|state| state.terminated.as_ref())
+                .or_else(|| s.last_state.as_ref()?.terminated.as_ref())?;
+            (terminated.exit_code != 0).then_some(terminated.exit_code)
+        })
 }
 
 /// Reasons the kubelet gives a pod it failed that a new pod would meet again (an evicted pod's
@@ -72,15 +96,10 @@ pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
             container: None,
         });
     }
-    if let Some(exit_code) = status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .filter(|s| s.name == "af-gate")
-        .find_map(|s| s.state.as_ref()?.terminated.as_ref())
-        .map(|t| t.exit_code)
-        .filter(|code| *code != 0)
-    {
+    if let Some(exit_code) = failed_init(status, NETLOCK) {
+        return Some(PodProblem::NetlockFailed { exit_code });
+    }
+    if let Some(exit_code) = failed_init(status, "af-gate") {
         return Some(PodProblem::GateRefused { exit_code });
     }
     status.container_statuses.iter().flatten().find_map(|s| {
@@ -114,6 +133,23 @@ pub async fn problem_error(
 ) -> RuntimeError {
     let name = pod.metadata.name.clone().unwrap_or_default();
     match problem {
+        PodProblem::NetlockFailed { exit_code } => {
+            let log = pods
+                .logs(
+                    &name,
+                    &LogParams {
+                        container: Some(NETLOCK.into()),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap_or_default();
+            RuntimeErrorKind::NetlockFailed {
+                place: format!("{workload} (pod {namespace}/{name})"),
+                detail: netlock_detail(&log, exit_code),
+            }
+            .into()
+        }
         PodProblem::GateRefused { exit_code } => {
             let log = pods
                 .logs(
@@ -160,6 +196,26 @@ pub async fn problem_error(
             }
             .into()
         }
+    }
+}
+
+/// What a failed netlock step said: the cause its AF-RUN-051 line gives (the sentence around it
+/// is the one the runtime's error says itself), else its last lines, else its exit code.
+pub fn netlock_detail(log: &str, exit_code: i32) -> String {
+    const CAUSE_AFTER: &str = "must not start: ";
+    if let Some(cause) = log
+        .lines()
+        .find_map(|line| Some(&line[line.find(CAUSE_AFTER)? + CAUSE_AFTER.len()..]))
+    {
+        return cause.trim().to_string();
+    }
+    if log.trim().is_empty() {
+        format!("the netlock step exited {exit_code} and its log could not be read")
+    } else {
+        format!(
+            "the netlock step exited {exit_code}: {}",
+            super::job::last_lines(log, 5)
+        )
     }
 }
 

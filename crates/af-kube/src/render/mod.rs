@@ -72,6 +72,9 @@ pub struct RenderInput<'a> {
     pub env: &'a EnvironmentId,
     /// The sidecar Service's ClusterIP: every workload pod's resolver and proxy.
     pub sidecar_ip: IpAddr,
+    /// Each manifest service's Service ClusterIP, by service name: with `runtime.netlock`, the
+    /// only addresses besides the sidecar's a pod may send to.
+    pub service_ips: &'a BTreeMap<String, IpAddr>,
     /// The engine image (`af-proxy`): the gate, the probe, the sidecar.
     pub engine_image: &'a str,
     /// Each service's image reference (as named, or as built from its context).
@@ -191,19 +194,20 @@ impl Rendered {
             .collect()
     }
 
-    /// In the order they are applied: namespace → policies → sidecar (its Service first: its
-    /// ClusterIP is every pod's resolver) → probe → every Service → each start wave's migrations
-    /// and Deployments → ingresses.
+    /// In the order they are applied: namespace → policies → every Service, the sidecar's first
+    /// (its ClusterIP is every pod's resolver; with netlock, their ClusterIPs are the only
+    /// addresses a pod may send to) → the sidecar → probe → each start wave's migrations and
+    /// Deployments → ingresses.
     pub fn in_apply_order(&self) -> Vec<Object> {
         let mut objects = vec![Object::Namespace(self.namespace.clone())];
         objects.extend(self.policies.iter().cloned().map(Object::NetworkPolicy));
         objects.push(Object::Service(self.sidecar_service.clone()));
+        objects.extend(self.services.iter().cloned().map(Object::Service));
         objects.push(Object::Secret(self.sidecar_config.clone()));
         objects.push(Object::Deployment(self.sidecar.clone()));
         objects.push(Object::Pod(self.probe.clone()));
         objects.extend(self.service_env.iter().cloned().map(Object::Secret));
         objects.extend(self.capture_trust.iter().cloned().map(Object::ConfigMap));
-        objects.extend(self.services.iter().cloned().map(Object::Service));
         for wave in self.waves() {
             objects.extend(wave.migrations.into_iter().cloned().map(Object::Job));
             objects.extend(
@@ -216,6 +220,23 @@ impl Rendered {
         objects.extend(self.ingresses.iter().cloned().map(Object::Ingress));
         objects
     }
+}
+
+/// Where a cluster has not yet assigned the services' ClusterIPs (`af render`, the sizes `af up`
+/// checks before anything exists): addresses of the benchmarking range 198.18.0.0/15 in the
+/// services' name order, one for each service with a port (each of those has a Service).
+pub fn stand_in_service_ips(manifest: &Manifest) -> BTreeMap<String, IpAddr> {
+    let first = u32::from(std::net::Ipv4Addr::new(198, 18, 0, 1));
+    manifest
+        .services
+        .values()
+        .filter(|service| service.port.is_some())
+        .zip(0u32..)
+        .map(|(service, i)| {
+            let ip = std::net::Ipv4Addr::from(first + i);
+            (service.name.clone(), IpAddr::V4(ip))
+        })
+        .collect()
 }
 
 /// An object's metadata in the environment's namespace, carrying our labels.

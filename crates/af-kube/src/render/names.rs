@@ -23,6 +23,8 @@ pub const SIDECAR: &str = "af-sidecar";
 pub const SIDECAR_CONFIG: &str = "af-sidecar-config";
 pub const SERVICE_ENV: &str = "af-service-env";
 pub const PROBE: &str = "af-probe";
+/// The netlock step's init container (`runtime.netlock`), and its scratch volume.
+pub const NETLOCK: &str = "af-netlock";
 /// The ConfigMap with the environment's capture CA (HTTPS capture).
 pub const CAPTURE_TRUST: &str = "af-capture-trust";
 

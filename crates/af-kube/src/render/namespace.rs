@@ -10,9 +10,16 @@ use super::names::ownership;
 pub fn namespace(input: &RenderInput<'_>, name: &str) -> Namespace {
     let mut labels = ownership(input.env);
     // Pod Security Admission: nothing privileged can be scheduled here even if a manifest or a
-    // mistake asked for it; the stricter profile is reported.
+    // mistake asked for it; the stricter profile is reported. With netlock, each pod's first step
+    // is root with NET_ADMIN, which only the privileged level admits: enforced is then
+    // `privileged`, and what the pods' own containers do is still reported against `restricted`.
+    let enforce = if input.manifest.runtime.netlock {
+        "privileged"
+    } else {
+        "baseline"
+    };
     for (key, value) in [
-        ("pod-security.kubernetes.io/enforce", "baseline"),
+        ("pod-security.kubernetes.io/enforce", enforce),
         ("pod-security.kubernetes.io/warn", "restricted"),
         ("pod-security.kubernetes.io/audit", "restricted"),
     ] {

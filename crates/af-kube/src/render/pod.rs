@@ -6,14 +6,14 @@ use std::collections::BTreeMap;
 
 use af_manifest::{EnvValue, Service};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, EnvVarSource, PodDNSConfig, PodDNSConfigOption,
-    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
-    SecretKeySelector, SecurityContext,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodDNSConfig,
+    PodDNSConfigOption, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::names::SERVICE_ENV;
+use super::names::{NETLOCK, SERVICE_ENV};
 use super::{RenderInput, ports};
 
 /// The uid the engine image runs as.
@@ -108,6 +108,75 @@ pub fn sidecar_check_args(input: &RenderInput<'_>) -> Vec<String> {
     ]
 }
 
+/// Where iptables' legacy backend (an `AF_PROXY_IMAGE` may carry it) takes its lock file: the
+/// root filesystem is read-only.
+const NETLOCK_RUN: &str = "/run";
+
+/// The netlock step (`runtime.netlock`), the first init container of every customer pod and the
+/// probe's: every packet out of the pod dropped but to loopback, replies, and the environment's
+/// own Service addresses — the sidecar's and each service's ClusterIP, never a range (the
+/// service range holds the API server's address). Root with NET_ADMIN and nothing else, once,
+/// before anything else in the pod runs; the capability does not outlive the step.
+pub fn netlock(input: &RenderInput<'_>) -> Option<Container> {
+    if !input.manifest.runtime.netlock {
+        return None;
+    }
+    let mut args = vec!["netlock".to_string()];
+    let mut allowed = vec![input.sidecar_ip];
+    allowed.extend(input.service_ips.values().copied());
+    for address in allowed {
+        args.push("--only-to".to_string());
+        args.push(address.to_string());
+    }
+    Some(Container {
+        name: NETLOCK.to_string(),
+        image: Some(input.engine_image.to_string()),
+        args: Some(args),
+        resources: Some(engine_step_resources()),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                add: Some(vec!["NET_ADMIN".to_string()]),
+                drop: Some(vec!["ALL".to_string()]),
+            }),
+            read_only_root_filesystem: Some(true),
+            // iptables programs the pod's network namespace as root: NET_ADMIN alone, as a
+            // non-root user, is not kept across exec without ambient capabilities.
+            run_as_non_root: Some(false),
+            run_as_user: Some(0),
+            run_as_group: Some(0),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![VolumeMount {
+            name: NETLOCK.to_string(),
+            mount_path: NETLOCK_RUN.to_string(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    })
+}
+
+/// The netlock step's scratch volume (see [`netlock`]).
+pub fn netlock_volume() -> Volume {
+    Volume {
+        name: NETLOCK.to_string(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+/// Puts the netlock step first in `spec` when the manifest asks for it, with its volume.
+pub fn lock_first(input: &RenderInput<'_>, spec: &mut PodSpec) {
+    if let Some(step) = netlock(input) {
+        spec.init_containers
+            .get_or_insert_with(Vec::new)
+            .insert(0, step);
+        spec.volumes
+            .get_or_insert_with(Vec::new)
+            .push(netlock_volume());
+    }
+}
+
 /// The startup gate: first init container of every customer pod, from the engine image.
 pub fn gate(input: &RenderInput<'_>) -> Container {
     let mut args = vec!["gate".to_string()];
@@ -123,8 +192,8 @@ pub fn gate(input: &RenderInput<'_>) -> Container {
     }
 }
 
-/// A pod spec under the customer rules, around `containers` (the gate goes first among the init
-/// containers).
+/// A pod spec under the customer rules, around `containers` (the netlock step, when asked for,
+/// then the gate go first among the init containers).
 pub fn workload_spec(
     input: &RenderInput<'_>,
     namespace: &str,
@@ -143,6 +212,7 @@ pub fn workload_spec(
         ..Default::default()
     };
     super::trust::mount_in(input, &mut spec);
+    lock_first(input, &mut spec);
     spec
 }
 

@@ -10,7 +10,13 @@
 //! - runs the controllers af waits on: a Deployment's ReplicaSet makes its pods, a Job makes its
 //!   pod, and each pod's fate is the test's script (ready; rejected by the kubelet, as
 //!   SysctlForbidden, with the ReplicaSet making a new one each time it is looked at; an image that
-//!   cannot be pulled; unschedulable; crash-looping; its gate refusing; a Job's pod failing);
+//!   cannot be pulled; unschedulable; crash-looping; its gate or its netlock step failing, shown
+//!   as a kubelet shows an init container it restarts — waiting in CrashLoopBackOff with the
+//!   failure in `lastState` — for pods that restart; a Job's pod failing);
+//! - admits pods as Pod Security Admission does, as far as af's pods test it: in a namespace
+//!   enforcing `baseline` or `restricted`, a pod whose containers add a capability outside
+//!   baseline's list is refused (403 for a pod made directly, the ReplicaSet's `FailedCreate`
+//!   condition for a Deployment's), with the real server's message;
 //! - deletes a namespace the way a cluster does: Terminating for a while, refusing new objects in
 //!   it, then gone with everything in it;
 //! - answers `/version` with the server version the test sets, and lists nodes and every pod on
@@ -51,9 +57,11 @@ pub enum Fate {
     CrashLoop { log: String },
     /// Its startup gate (the `af-gate` init container) exits 43, having written `log`.
     GateRefused { log: String },
-    /// Admission refuses to create it (a PodSecurity level, a policy webhook): no pod at all, the
-    /// ReplicaSet says why in its `ReplicaFailure` condition. (Deployments only: a Job says it
-    /// in events alone.)
+    /// Its netlock step (the `af-netlock` init container) exits 51, having written `log`.
+    NetlockFails { log: String },
+    /// Admission refuses to create it (a policy webhook): no pod at all. A Deployment's
+    /// ReplicaSet says why in its `ReplicaFailure` condition; a pod made directly is answered
+    /// 403. (Not a Job's: a Job says it in events alone.)
     Forbidden { message: String },
 }
 
@@ -303,6 +311,12 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: &[u8])
             if let Some(refusal) = terminating_refusal(state, namespace.as_deref()) {
                 return refusal;
             }
+            if collection.ends_with("/pods")
+                && let Some(message) =
+                    admission_refusal(state, namespace.as_deref(), &name, &object)
+            {
+                return (403, status(403, "Forbidden", &message));
+            }
             let key = format!("{collection}/{name}");
             if method == "POST" && state.objects.contains_key(&key) {
                 return (
@@ -351,6 +365,29 @@ fn not_found(collection: &str, name: &str) -> (u16, Value) {
         404,
         status(404, "NotFound", &format!("{resource} \"{name}\" not found")),
     )
+}
+
+/// Admission's answer to a pod made directly: Pod Security first, then the test's script (a
+/// policy webhook). Its message when refused.
+fn admission_refusal(
+    state: &State,
+    namespace: Option<&str>,
+    name: &str,
+    pod: &Value,
+) -> Option<String> {
+    let namespace = namespace?;
+    if let Some(message) = pod_security_refusal(state, namespace, name, &pod["spec"]) {
+        return Some(message);
+    }
+    let origin = Origin {
+        namespace: namespace.to_string(),
+        kind: "Pod",
+        name: name.to_string(),
+    };
+    match (state.script)(&origin, state) {
+        Fate::Forbidden { message } => Some(message),
+        _ => None,
+    }
 }
 
 /// A namespace being deleted takes nothing new, as a real one refuses it.
@@ -602,7 +639,15 @@ fn reconcile_deployment(state: &mut State, namespace: &str, name: &str, previous
         kind: "Deployment",
         name: name.to_string(),
     };
-    let fate = (state.script)(&origin, state);
+    let fate = match pod_security_refusal(
+        state,
+        namespace,
+        &format!("{name}-6d4cf56db6-x2v9k"),
+        &template["spec"],
+    ) {
+        Some(message) => Fate::Forbidden { message },
+        None => (state.script)(&origin, state),
+    };
     if let Fate::Forbidden { message } = &fate {
         replica_set(state, namespace, name, Some(message));
         return;
@@ -645,32 +690,115 @@ fn start_job(state: &mut State, namespace: &str, name: &str) {
     let fate = (state.script)(&origin, state);
     // A real Job controller says a refused pod only in events, and keeps trying: not modelled.
     assert!(
-        !matches!(fate, Fate::Forbidden { .. }),
+        !matches!(fate, Fate::Forbidden { .. })
+            && pod_security_refusal(state, namespace, name, &job["spec"]["template"]["spec"])
+                .is_none(),
         "the fake does not model a Job whose pods admission refuses"
     );
     make_pod(state, &origin, &job["spec"]["template"], fate);
 }
 
-/// A pod made directly (the probe): its fate is the probe's verdict.
+/// A pod made directly (the probe): healthy, it finishes with the probe's verdict; otherwise its
+/// fate's status.
 fn start_pod(state: &mut State, namespace: &str, name: &str) {
     let key = format!("{namespace}/pods/{name}");
-    let escaped = state.probe_escapes;
-    let pod = state.objects.get_mut(&key).unwrap();
-    if !pod["metadata"]["ownerReferences"].is_null() {
+    if !state.objects[&key]["metadata"]["ownerReferences"].is_null() {
         return;
     }
-    let container = pod["spec"]["containers"][0]["name"].clone();
-    let exit = i32::from(escaped);
-    pod["status"] = json!({"phase": if escaped {"Failed"} else {"Succeeded"},
-        "containerStatuses": [{"name": container, "image": "x", "imageID": "", "ready": false,
-            "restartCount": 0, "state": {"terminated": {"exitCode": exit}}}]});
-    let outcome = if escaped { "escaped" } else { "denied" };
-    let verdict = json!({"check": "probe", "contained": !escaped,
-        "control": {"target": "tcp 10.43.0.11:3128", "reached": true, "detail": "the sidecar answered"},
-        "routes": [{"route": "public-tcp", "target": "tcp 203.0.113.10:443", "outcome": outcome, "detail": ""}]});
-    state
-        .objects
-        .insert(format!("{key}/log"), json!(verdict.to_string()));
+    let origin = Origin {
+        namespace: namespace.to_string(),
+        kind: "Pod",
+        name: name.to_string(),
+    };
+    let fate = (state.script)(&origin, state);
+    let escaped = state.probe_escapes;
+    let pod = state.objects.get_mut(&key).unwrap();
+    let (status, log) = match fate {
+        Fate::Healthy => {
+            let container = pod["spec"]["containers"][0]["name"].clone();
+            let exit = i32::from(escaped);
+            let status = json!({"phase": if escaped {"Failed"} else {"Succeeded"},
+                "containerStatuses": [{"name": container, "image": "x", "imageID": "", "ready": false,
+                    "restartCount": 0, "state": {"terminated": {"exitCode": exit}}}]});
+            let outcome = if escaped { "escaped" } else { "denied" };
+            let verdict = json!({"check": "probe", "contained": !escaped,
+                "control": {"target": "tcp 10.43.0.11:3128", "reached": true, "detail": "the sidecar answered"},
+                "routes": [{"route": "public-tcp", "target": "tcp 203.0.113.10:443", "outcome": outcome, "detail": ""}]});
+            (status, verdict.to_string())
+        }
+        Fate::NetlockFails { log } => {
+            let image = pod["spec"]["containers"][0]["image"].clone();
+            (failed_init(&pod["spec"], "af-netlock", 51, &image), log)
+        }
+        other => panic!("the fake does not model a probe pod whose fate is {other:?}"),
+    };
+    pod["status"] = status;
+    state.objects.insert(format!("{key}/log"), json!(log));
+}
+
+/// A pod whose init container `name` exited `exit_code`: one that restarts waits in
+/// CrashLoopBackOff with the failure in `lastState` (what a real kubelet shows nearly all the
+/// time); one that does not has failed, the failure in `state`.
+fn failed_init(spec: &Value, name: &str, exit_code: i32, image: &Value) -> Value {
+    let terminated = json!({"terminated": {"exitCode": exit_code, "reason": "Error"}});
+    if spec["restartPolicy"] == "Never" {
+        json!({"phase": "Failed", "initContainerStatuses": [{"name": name, "image": image,
+            "imageID": "", "ready": false, "restartCount": 0, "state": terminated}]})
+    } else {
+        json!({"phase": "Pending", "initContainerStatuses": [{"name": name, "image": image,
+            "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": terminated}]})
+    }
+}
+
+/// Pod Security Admission's verdict on a pod spec in `namespace`, as far as af's pods test it:
+/// under `baseline` (and `restricted`, which includes it), a container may add no capability
+/// outside baseline's list. The real server's message, or none when admitted.
+fn pod_security_refusal(state: &State, namespace: &str, pod: &str, spec: &Value) -> Option<String> {
+    const BASELINE_CAPABILITIES: [&str; 13] = [
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    ];
+    let level = state.objects.get(&format!("namespaces/{namespace}"))?["metadata"]["labels"]
+        ["pod-security.kubernetes.io/enforce"]
+        .as_str()
+        .unwrap_or("privileged")
+        .to_string();
+    if level == "privileged" {
+        return None;
+    }
+    let added: Vec<String> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|list| spec[*list].as_array().cloned().unwrap_or_default())
+        .flat_map(|container| {
+            let name = container["name"].as_str().unwrap_or_default().to_string();
+            container["securityContext"]["capabilities"]["add"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|c| c.as_str().map(str::to_string))
+                .filter(|c| !BASELINE_CAPABILITIES.contains(&c.as_str()))
+                .map(move |c| format!("container \"{name}\" must not include \"{c}\" in securityContext.capabilities.add"))
+        })
+        .collect();
+    (!added.is_empty()).then(|| {
+        format!(
+            "pods \"{pod}\" is forbidden: violates PodSecurity \"{level}:latest\": non-default capabilities ({})",
+            added.join(", ")
+        )
+    })
 }
 
 fn make_pod(state: &mut State, origin: &Origin, template: &Value, fate: Fate) {
@@ -738,9 +866,11 @@ fn make_pod(state: &mut State, origin: &Origin, template: &Value, fate: Fate) {
             log.clone(),
         ),
         Fate::GateRefused { log } => (
-            json!({"phase": "Pending", "initContainerStatuses": [{"name": "af-gate",
-                "image": image, "imageID": "", "ready": false, "restartCount": 0,
-                "state": {"terminated": {"exitCode": 43}}}]}),
+            failed_init(&pod["spec"], "af-gate", 43, &image),
+            log.clone(),
+        ),
+        Fate::NetlockFails { log } => (
+            failed_init(&pod["spec"], "af-netlock", 51, &image),
             log.clone(),
         ),
         Fate::Forbidden { .. } => unreachable!("no pod is made"),

@@ -35,6 +35,12 @@ pub fn without_domain(mut manifest: Manifest) -> Manifest {
     manifest
 }
 
+/// With `runtime.netlock`: a netlock step first in every customer pod.
+pub fn with_netlock(mut manifest: Manifest) -> Manifest {
+    manifest.runtime.netlock = true;
+    manifest
+}
+
 pub fn without_resources(mut manifest: Manifest) -> Manifest {
     for service in manifest.services.values_mut() {
         service.resources = Default::default();
@@ -71,10 +77,12 @@ pub fn rendered(manifest: &Manifest) -> Rendered {
     let cluster = Cluster::default();
     let commands = BTreeMap::new();
     let ca = capture_ca();
+    let service_ips = af_kube::render::stand_in_service_ips(manifest);
     render(&RenderInput {
         manifest,
         env: &env,
         sidecar_ip: SIDECAR_IP.parse().unwrap(),
+        service_ips: &service_ips,
         engine_image: ENGINE_IMAGE,
         images: &images,
         image_commands: &commands,
