@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Value};
 
 use crate::{DeadLetter, Delivery, Queue, QueueError, QueueSettings};
@@ -24,6 +24,9 @@ pub struct RedisQueue {
     /// For XREADGROUP … BLOCK, which holds its connection while it waits.
     blocking: ConnectionManager,
 }
+
+/// How much longer than its BLOCK a blocking read may take before Redis counts as unavailable.
+const BLOCK_SLACK: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for RedisQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -80,7 +83,15 @@ impl RedisQueue {
             stream: format!("{prefix}:tickets"),
             dead: format!("{prefix}:dead"),
             commands: ConnectionManager::new(client.clone()).await?,
-            blocking: ConnectionManager::new(client).await?,
+            // The client's own response timeout (half a second by default) would cut every
+            // blocking read longer than that short — an error where nothing arrived, and an entry
+            // arriving in the rest of the wait delivered to a reader no longer listening. The
+            // read is bounded by its BLOCK and by `BLOCK_SLACK` here instead.
+            blocking: ConnectionManager::new_with_config(
+                client,
+                ConnectionManagerConfig::new().set_response_timeout(None),
+            )
+            .await?,
         };
         queue.ensure_group().await?;
         Ok(queue)
@@ -191,7 +202,17 @@ impl RedisQueue {
             .arg("STREAMS")
             .arg(&self.stream)
             .arg(">");
-        let Some(reply) = self.in_group(&command, &self.blocking).await? else {
+        let reply =
+            tokio::time::timeout(wait + BLOCK_SLACK, self.in_group(&command, &self.blocking))
+                .await
+                .map_err(|_| QueueError::Unavailable {
+                    detail: format!(
+                        "Redis did not answer a read blocking for {} ms within {} s more",
+                        wait.as_millis(),
+                        BLOCK_SLACK.as_secs()
+                    ),
+                })?;
+        let Some(reply) = reply? else {
             return Ok(None);
         };
         let Value::Array(streams) = reply else {

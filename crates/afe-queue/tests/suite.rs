@@ -9,7 +9,26 @@ use afe_queue::{
     RedisQueue,
 };
 
-const RECLAIM: Duration = Duration::from_millis(300);
+/// Long enough that no stall of a busy machine between two calls passes for quiet (300 ms once
+/// did), so "not yet reclaimed" holds; where an entry must be reclaimed, the test asks until it
+/// is, within [`PATIENCE`], instead of sleeping a guess.
+const RECLAIM: Duration = Duration::from_secs(3);
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The next delivery for `consumer`, asked until there is one.
+async fn next_reclaimed(queue: &Arc<dyn Queue>, consumer: &str) -> afe_queue::Delivery {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(delivery) = queue.next(consumer, WAIT).await.unwrap() {
+            return delivery;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the entry was not reclaimed within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
 
 fn settings() -> QueueSettings {
     QueueSettings {
@@ -54,6 +73,7 @@ on_both_queues!(
     an_entry_left_quiet_is_reclaimed_with_its_delivery_count,
     a_touched_entry_is_not_reclaimed,
     dead_letters_keep_their_reason,
+    a_wait_longer_than_half_a_second_with_nothing_to_deliver_is_none,
 );
 
 const WAIT: Duration = Duration::from_millis(200);
@@ -95,21 +115,20 @@ async fn an_entry_left_quiet_is_reclaimed_with_its_delivery_count(queue: Arc<dyn
         queue.next("other", WAIT).await.unwrap().is_none(),
         "not yet quiet"
     );
-    tokio::time::sleep(RECLAIM + Duration::from_millis(100)).await;
-    let second = queue.next("other", WAIT).await.unwrap().unwrap();
+    let second = next_reclaimed(&queue, "other").await;
     assert_eq!(second.ticket, "t");
     assert_eq!(second.entry, first.entry);
     assert_eq!(second.deliveries, 2);
-    tokio::time::sleep(RECLAIM + Duration::from_millis(100)).await;
-    let third = queue.next("third", WAIT).await.unwrap().unwrap();
+    let third = next_reclaimed(&queue, "third").await;
     assert_eq!(third.deliveries, 3);
 }
 
 async fn a_touched_entry_is_not_reclaimed(queue: Arc<dyn Queue>) {
     queue.enqueue("t").await.unwrap();
     let held = queue.next("alive", WAIT).await.unwrap().unwrap();
-    for _ in 0..6 {
-        tokio::time::sleep(RECLAIM / 3).await;
+    // Touched ten times as often as it would go quiet, for longer than it takes to.
+    for _ in 0..15 {
+        tokio::time::sleep(RECLAIM / 10).await;
         queue.touch("alive", &held).await.unwrap();
     }
     assert!(
@@ -117,6 +136,31 @@ async fn a_touched_entry_is_not_reclaimed(queue: Arc<dyn Queue>) {
         "an entry kept fresh stays with its consumer"
     );
     queue.ack(&held).await.unwrap();
+}
+
+/// The Redis client's own response timeout (500 ms) once cut every longer blocking read short:
+/// a worker's idle one-second poll came back as "queue unavailable".
+async fn a_wait_longer_than_half_a_second_with_nothing_to_deliver_is_none(queue: Arc<dyn Queue>) {
+    assert!(
+        queue
+            .next("idle", Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // And one that arrives during a long wait is delivered to the waiting reader.
+    let waiting = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.next("waiting", Duration::from_secs(3)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    queue.enqueue("late").await.unwrap();
+    let delivered = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("delivered while waiting");
+    assert_eq!(delivered.ticket, "late");
 }
 
 async fn dead_letters_keep_their_reason(queue: Arc<dyn Queue>) {

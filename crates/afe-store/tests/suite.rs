@@ -48,8 +48,19 @@ on_both_stores!(
     a_ticket_needs_a_stored_revision,
 );
 
-const SHORT: Duration = Duration::from_millis(300);
 const LONG: Duration = Duration::from_secs(60);
+
+/// The test's clock: the lease on ticket `id` is over now. Leases are judged by the database's
+/// clock; a test that sleeps past a short one races it on a busy machine (eight claims once saw
+/// two winners when a 300 ms lease ran out between them), so every lease here is long and ends
+/// when the test says.
+async fn expire_lease(store: &SqlStore, id: &str) {
+    sqlx::query("UPDATE afe_tickets SET lease_expires_at = 0 WHERE id = $1")
+        .bind(id.to_string())
+        .execute(store.pool())
+        .await
+        .unwrap();
+}
 
 async fn ticket(store: &SqlStore, budget_micros: Option<i64>) -> String {
     let revision = chain_revision(3, None);
@@ -94,7 +105,7 @@ async fn claims_are_exclusive_and_a_taken_over_lease_writes_nothing(store: &SqlS
             .map(|i| {
                 let store = store.clone();
                 let id = id.clone();
-                tokio::spawn(async move { store.claim(&id, &format!("w{i}"), SHORT).await })
+                tokio::spawn(async move { store.claim(&id, &format!("w{i}"), LONG).await })
             })
             .collect(),
     )
@@ -109,7 +120,7 @@ async fn claims_are_exclusive_and_a_taken_over_lease_writes_nothing(store: &SqlS
     assert_eq!(store.ticket(&id).await.unwrap().state, TicketState::Running);
     store.start_node(&first, "n1").await.unwrap();
     // The lease expires; another worker takes over with a new epoch.
-    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
+    expire_lease(store, &id).await;
     let second = claim(store, &id, "w-next", LONG).await;
     assert_eq!(second.epoch, 2);
     // The first worker, resumed, can write nothing at all.
@@ -364,10 +375,10 @@ async fn a_reservation_over_budget_stops_the_ticket_and_the_ledger_adds_up(store
 
 async fn a_dead_workers_reservations_are_released_when_its_lease_is_taken_over(store: &SqlStore) {
     let id = ticket(store, Some(1_000_000)).await;
-    let dead = claim(store, &id, "dead", SHORT).await;
+    let dead = claim(store, &id, "dead", LONG).await;
     store.start_node(&dead, "n1").await.unwrap();
     store.reserve(&dead, "n1", "p", 900_000).await.unwrap();
-    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
+    expire_lease(store, &id).await;
     let next = claim(store, &id, "next", LONG).await;
     let ledger = store.ledger(&id).await.unwrap();
     assert_eq!(ledger[0].state, LedgerState::Released);
@@ -422,8 +433,8 @@ async fn tickets_needing_a_worker_are_found_and_dead_letters_fail_only_unheld_ti
     let held = ticket(store, None).await;
     let abandoned = ticket(store, None).await;
     let _live = claim(store, &held, "alive", LONG).await;
-    let _gone = claim(store, &abandoned, "gone", SHORT).await;
-    tokio::time::sleep(SHORT + Duration::from_millis(200)).await;
+    let _gone = claim(store, &abandoned, "gone", LONG).await;
+    expire_lease(store, &abandoned).await;
     let mut needing = store.needing_work(Duration::ZERO).await.unwrap();
     needing.sort();
     let mut expected = vec![queued.clone(), abandoned.clone()];
