@@ -239,7 +239,7 @@ pub async fn run(options: Options) -> Result<()> {
         let _ = child.wait();
     }
     store.close().await;
-    database.drop().await;
+    database.remove().await;
     let _ = std::fs::remove_dir_all(&dir);
 
     println!("{:<52} {:>10}", "run", "tickets/s");

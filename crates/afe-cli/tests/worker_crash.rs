@@ -12,6 +12,7 @@ use serde_json::json;
 
 fn servers() -> Pair {
     Pair::Servers {
+        postgres: afe_testkit::postgres_admin_url(),
         redis: afe_testkit::redis_url(),
     }
 }

@@ -11,7 +11,15 @@ use engine::{Engine, Pair};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restarted_mid_run_loses_no_ticket_and_runs_none_twice() {
     let mut redis = afe_testkit::PrivateRedis::start().await;
-    let mut engine = Engine::start(Pair::Servers { redis: redis.url() }, steps(), None).await;
+    let mut engine = Engine::start(
+        Pair::Servers {
+            postgres: afe_testkit::postgres_admin_url(),
+            redis: redis.url(),
+        },
+        steps(),
+        None,
+    )
+    .await;
     let tickets = engine.tickets(TICKETS).await;
     engine.worker("w1", &[]);
     engine.worker("w2", &[]);

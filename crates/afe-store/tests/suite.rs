@@ -19,7 +19,7 @@ macro_rules! on_both_stores {
                 let store = afe_store::SqlStore::connect(&db.url).await.unwrap();
                 super::$name(&store).await;
                 store.close().await;
-                db.drop().await;
+                db.remove().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -513,7 +513,7 @@ async fn migrations_are_idempotent_concurrent_and_refuse_a_newer_schema() {
         Err(StoreError::Schema { detail }) => assert!(detail.contains("999"), "{detail}"),
         other => panic!("a newer schema must be refused, got {other:?}"),
     }
-    db.drop().await;
+    db.remove().await;
 
     let dir = scratch("afe-store");
     let url = sqlite_url(&dir);

@@ -29,12 +29,20 @@ pub fn unique(prefix: &str) -> String {
 pub struct TestDatabase {
     pub name: String,
     pub url: String,
+    /// The server's administrative URL the database was made through, and is dropped through.
+    admin: String,
+    removed: bool,
 }
 
 impl TestDatabase {
+    /// A fresh database on the machine's PostgreSQL ([`postgres_admin_url`]).
     pub async fn create() -> TestDatabase {
-        let admin = postgres_admin_url();
-        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|err| {
+        TestDatabase::create_on(&postgres_admin_url()).await
+    }
+
+    /// A fresh database on the server of `admin` (a URL of a role that may create databases).
+    pub async fn create_on(admin: &str) -> TestDatabase {
+        let mut conn = sqlx::PgConnection::connect(admin).await.unwrap_or_else(|err| {
             panic!(
                 "PostgreSQL is not reachable at {admin} ({err}); run `bash .ci/install`, which installs and starts it, or set AFE_TEST_POSTGRES_URL"
             )
@@ -44,23 +52,178 @@ impl TestDatabase {
             .execute(&mut conn)
             .await
             .expect("the afe role may create databases");
-        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+        let base = admin.rsplit_once('/').map_or(admin, |(b, _)| b);
         TestDatabase {
             url: format!("{base}/{name}"),
             name,
+            admin: admin.to_string(),
+            removed: false,
         }
     }
 
-    /// Drops the database (connections to it are ended first).
-    pub async fn drop(self) {
-        if let Ok(mut conn) = sqlx::PgConnection::connect(&postgres_admin_url()).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
+    /// Drops the database (connections to it are ended first). A test that panics before it
+    /// gets here still leaves nothing behind: dropping a `TestDatabase` does the same.
+    pub async fn remove(mut self) {
+        drop_database(&self.admin, &self.name).await;
+        self.removed = true;
+    }
+}
+
+async fn drop_database(admin: &str, name: &str) {
+    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             .execute(&mut conn)
             .await;
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
         }
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        // Drop cannot await, and may run inside a runtime: a thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                runtime.block_on(drop_database(&admin, &name));
+            }
+        })
+        .join();
+    }
+}
+
+/// A PostgreSQL server of the test's own — a cluster made with `initdb` in a fresh folder, on a
+/// port of its own — that the test can stop and start without touching the machine's server,
+/// which other tests use at the same time. Its role `afe` (password `afe`) may create databases.
+#[derive(Debug)]
+pub struct PrivatePostgres {
+    pub port: u16,
+    dir: PathBuf,
+}
+
+/// The newest PostgreSQL installed: its `bin` folder.
+fn postgres_bin() -> PathBuf {
+    let versions = std::fs::read_dir("/usr/lib/postgresql").unwrap_or_else(|err| {
+        panic!("PostgreSQL is not installed ({err}); run `bash .ci/install`, which installs it")
+    });
+    let mut versions: Vec<(u32, PathBuf)> = versions
+        .filter_map(|e| {
+            let e = e.ok()?;
+            Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin")))
+        })
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .expect("a PostgreSQL version in /usr/lib/postgresql")
+        .1
+}
+
+/// `program` as the `postgres` user when this runs as root (PostgreSQL refuses to run as root).
+fn as_postgres(program: &Path) -> Command {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if is_root {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command
+    } else {
+        Command::new(program)
+    }
+}
+
+fn must_run(mut command: Command, what: &str) {
+    let output = command
+        .output()
+        .unwrap_or_else(|err| panic!("{what}: {err}"));
+    assert!(
+        output.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+impl PrivatePostgres {
+    pub async fn start() -> PrivatePostgres {
+        let dir = std::env::temp_dir().join(unique("afe-postgres"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(&dir)
+            .status();
+        let password = dir.join("password");
+        std::fs::write(&password, "afe\n").unwrap();
+        let _ = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(&password)
+            .status();
+        let bin = postgres_bin();
+        let mut init = as_postgres(&bin.join("initdb"));
+        init.args(["--username", "afe", "--auth", "md5", "--pwfile"])
+            .arg(&password)
+            .arg("-D")
+            .arg(dir.join("data"));
+        must_run(init, "initdb");
+        let server = PrivatePostgres {
+            port: free_port(),
+            dir,
+        };
+        server.resume().await;
+        server
+    }
+
+    /// The URL of its `postgres` database as `afe`, for [`TestDatabase::create_on`].
+    pub fn admin_url(&self) -> String {
+        format!("postgres://afe:afe@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Command {
+        let mut command = as_postgres(&postgres_bin().join("pg_ctl"));
+        command.arg("-D").arg(self.dir.join("data")).args(args);
+        command
+    }
+
+    /// Starts the server (again) on its port and folder, and waits until it takes connections.
+    pub async fn resume(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.display()
+        );
+        let mut start = self.pg_ctl(&["-w", "-o", &options, "-l"]);
+        start.arg(self.dir.join("log")).arg("start");
+        must_run(start, "pg_ctl start");
+        for _ in 0..200 {
+            if sqlx::PgConnection::connect(&self.admin_url()).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "the private PostgreSQL did not take connections on port {}",
+            self.port
+        );
+    }
+
+    /// Stops the server at once, as a crash would (`immediate`: no checkpoint first).
+    pub fn stop(&self) {
+        must_run(self.pg_ctl(&["-m", "immediate", "stop"]), "pg_ctl stop");
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = self.pg_ctl(&["-m", "immediate", "stop"]).output();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

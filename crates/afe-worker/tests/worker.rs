@@ -148,7 +148,7 @@ impl Pair {
     async fn close(self) {
         self.store.close().await;
         if let Some(db) = self.database {
-            db.drop().await;
+            db.remove().await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -17,8 +17,9 @@ use serde_json::{Value, json};
 /// Which pair a test runs on.
 #[derive(Clone, Debug)]
 pub enum Pair {
-    /// PostgreSQL (a fresh database) and Redis (the given URL, keys of the test's own).
-    Servers { redis: String },
+    /// PostgreSQL (a fresh database on the server of the `postgres` admin URL) and Redis (the
+    /// given URL, keys of the test's own).
+    Servers { postgres: String, redis: String },
     /// SQLite and the in-process queue: each worker feeds its queue from the store.
     Embedded,
 }
@@ -54,9 +55,9 @@ impl Engine {
     /// the scripted executor's steps per node (JSON of `afe_worker::Step`).
     pub async fn start(pair: Pair, steps: Value, budget_usd: Option<f64>) -> Engine {
         let dir = afe_testkit::scratch("afe-engine");
-        let (store_url, database) = match pair {
-            Pair::Servers { .. } => {
-                let db = afe_testkit::TestDatabase::create().await;
+        let (store_url, database) = match &pair {
+            Pair::Servers { postgres, .. } => {
+                let db = afe_testkit::TestDatabase::create_on(postgres).await;
                 (db.url.clone(), Some(db))
             }
             Pair::Embedded => (afe_testkit::sqlite_url(&dir), None),
@@ -64,7 +65,7 @@ impl Engine {
         let store = Arc::new(SqlStore::connect(&store_url).await.unwrap());
         let prefix = afe_testkit::unique("afe-test");
         let (broker, queue) = match pair {
-            Pair::Servers { redis } => {
+            Pair::Servers { redis, .. } => {
                 let queue = RedisQueue::connect(&redis, &prefix, QueueSettings::default())
                     .await
                     .unwrap_or_else(|err| {
@@ -273,7 +274,7 @@ impl Engine {
         self.stop_workers();
         self.store.close().await;
         if let Some(db) = self.database.take() {
-            db.drop().await;
+            db.remove().await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
