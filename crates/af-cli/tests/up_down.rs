@@ -159,20 +159,32 @@ fn up_status_down() {
 #[test]
 fn an_interrupted_up_leaves_nothing_down_cannot_remove() {
     use std::os::unix::process::ExitStatusExt;
-    let (dir, _) = project("clistop");
+    let (dir, image) = project("clistop");
+    // A service that runs and never listens on its port: `up` waits on its readiness (for a
+    // minute) — a step the test holds it at, rather than a moment it hopes to catch. (A busy
+    // machine once finished a whole `up` before the signal arrived.)
+    std::fs::write(
+        dir.join("af.yaml"),
+        format!("name: clistop\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [hold]\n    port: 8080\n"),
+    )
+    .unwrap();
     let env = format!("stop-{}", std::process::id());
     let id = af_manifest::EnvironmentId::derive("clistop", &env);
 
-    // Interrupt as a person does (SIGINT, as Ctrl-C sends), at the moment the first object of the
-    // environment exists: mid-way, with the rest of up still to come.
+    // Interrupt as a person does (SIGINT, as Ctrl-C sends), once the service's container exists:
+    // mid-way, up waiting for it to be ready, the rest of up still to come.
     let mut up = af_command(&dir, &["up", "--env", &env])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let mut created = Vec::new();
-    while created.is_empty() && up.try_wait().unwrap().is_none() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    while !created.iter().any(|name: &String| name.ends_with("-web-0")) {
+        assert!(
+            up.try_wait().unwrap().is_none(),
+            "up ended before its service existed: {created:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
         created = objects_of(&id);
     }
     let status = Command::new("kill")

@@ -12,6 +12,11 @@ fn check(name: &str, manifest: af_manifest::Manifest) {
         .join("tests/golden")
         .join(name);
     if std::env::var("AF_UPDATE_GOLDEN").is_ok() {
+        // CI compares with what was reviewed; rewriting there would pass any rendering.
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "AF_UPDATE_GOLDEN is refused with CI=true"
+        );
         std::fs::write(&path, &yaml).unwrap();
     }
     let golden = std::fs::read_to_string(&path)

@@ -261,3 +261,28 @@ fn a_pin_that_differs_is_reported_with_both_hashes() {
     assert_eq!(problems[0].place.path, "spec.config.revision");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The canonical form is a contract with every ticket already pinned to a revision: a known
+/// config has a known hash, written here by hand. A change to how configs are normalized or
+/// hashed that would re-hash stored revisions fails this test; if the change is meant, it needs
+/// a migration of the stored pins, not a new literal.
+#[test]
+fn a_known_config_has_a_known_revision_hash() {
+    let dir = support::scratch("known");
+    std::fs::write(
+        dir.join("flow.yaml"),
+        "apiVersion: afe.dev/v1alpha1\nkind: Flow\nmetadata: {name: work}\nspec:\n  input: job\n  nodes:\n    - {id: n1, exec: [step, \"1\"]}\n    - {id: n2, exec: [step, \"2\"], needs: [n1]}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("schema.yaml"),
+        "apiVersion: afe.dev/v1alpha1\nkind: Schema\nmetadata: {name: job}\nspec:\n  fields: {n: integer}\n",
+    )
+    .unwrap();
+    let hash = hash_of(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        hash,
+        "152d409587df4c6f7a83705931c68ab8ef0fc2c018d37ec0709fd3739166c4a4"
+    );
+}
