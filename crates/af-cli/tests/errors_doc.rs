@@ -20,20 +20,25 @@ fn errors_md_documents_exactly_the_existing_codes() {
         .filter(|code| code.starts_with("AF-"))
         .map(str::to_string)
         .collect();
-    let existing: BTreeSet<String> = ManifestCode::ALL
-        .iter()
+    let every: Vec<String> = ManifestCode::all()
         .map(|c| c.as_str().to_string())
-        .chain(RunCode::ALL.iter().map(|c| c.as_str().to_string()))
+        .chain(RunCode::all().map(|c| c.as_str().to_string()))
         // The sidecar's own HTTP answers to workloads: codes, but not exits of a command.
-        .chain(AnswerCode::ALL.iter().map(|c| c.as_str().to_string()))
+        .chain(AnswerCode::all().map(|c| c.as_str().to_string()))
         .collect();
+    let existing: BTreeSet<String> = every.iter().cloned().collect();
+    assert_eq!(
+        existing.len(),
+        every.len(),
+        "a code is written on two variants: {every:?}"
+    );
     assert_eq!(
         documented, existing,
         "docs/errors.md headings vs the codes in the code"
     );
     // Every runtime code has its exit status in the table: its own number, or 4 for the codes
     // without one (listed on that row).
-    for code in RunCode::ALL {
+    for code in RunCode::all() {
         let row = match code.exit_status() {
             4 => "| 4 | a runtime error without a number of its own (".to_string(),
             status => format!("| {status} | {}:", code.as_str()),

@@ -105,22 +105,42 @@ pub async fn build(
                 detail,
             )
         };
-        let info = step.map_err(|e| failed(e.to_string()))?;
+        let info = match step {
+            Ok(info) => info,
+            // The builder's own failure (a step that failed), as the stream reports it.
+            Err(bollard::errors::Error::DockerStreamError { error }) => {
+                return Err(build_failed(service, &dir, &output, &error));
+            }
+            Err(e) => return Err(failed(e.to_string())),
+        };
         if let Some(line) = info.stream {
             output.push(line);
         }
         if let Some(error) = info.error_detail.and_then(|d| d.message) {
-            let last: Vec<String> = output
-                .iter()
-                .rev()
-                .take(10)
-                .rev()
-                .map(|l| l.trim_end().to_string())
-                .collect();
-            return Err(failed(format!("{error}\n{}", last.join("\n"))));
+            return Err(build_failed(service, &dir, &output, &error));
         }
     }
     Ok(tag)
+}
+
+/// The builder ran and the build failed: the context's to fix, not the daemon (AF-RUN-062), with
+/// its message and its last lines.
+fn build_failed(service: &str, dir: &Path, output: &[String], error: &str) -> DockerError {
+    let last: Vec<String> = output
+        .iter()
+        .rev()
+        .take(10)
+        .rev()
+        .map(|l| l.trim_end().to_string())
+        .collect();
+    DockerError::Runtime(
+        af_runtime::RuntimeErrorKind::ImageBuildFailed {
+            service: service.to_string(),
+            context: dir.display().to_string(),
+            detail: format!("{error}\n{}", last.join("\n")),
+        }
+        .into(),
+    )
 }
 
 #[cfg(test)]

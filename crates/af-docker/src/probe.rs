@@ -129,7 +129,15 @@ pub async fn record(
     let mut labels = crate::names::labels(env, VERDICT_ROLE);
     labels.insert(
         VERDICT_LABEL.to_string(),
-        serde_json::to_string(verdict).unwrap_or_default(),
+        serde_json::to_string(verdict).map_err(|e| {
+            DockerError::Runtime(
+                af_runtime::RuntimeErrorKind::Internal {
+                    operation: "recording the probe's verdict".into(),
+                    detail: e.to_string(),
+                }
+                .into(),
+            )
+        })?,
     );
     let body = bollard::models::ContainerCreateBody {
         image: Some(image.to_string()),

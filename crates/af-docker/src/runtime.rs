@@ -50,6 +50,7 @@ impl LocalRuntime {
                     Capability::HealthPaths,
                     Capability::AnyStatusIsReady,
                     Capability::CronSchedules,
+                    Capability::CronWithoutCommand,
                     Capability::HttpsCapture,
                 ],
             ),
@@ -251,6 +252,7 @@ impl Runtime for LocalRuntime {
         for capability in wanted_capabilities(&environment.manifest) {
             self.capabilities.require(capability)?;
         }
+        af_runtime::require_env_values(&environment.manifest)?;
         let docker = &self.docker;
         let env = &environment.id;
         let (image, images) = af_runtime::run_step(

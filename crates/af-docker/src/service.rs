@@ -74,10 +74,13 @@ pub fn environment(
     {
         let value = match value {
             EnvValue::Literal(text) => text.clone(),
+            // Checked before anything was created; unset since then.
             EnvValue::FromEnv(source) => lookup(source).ok_or_else(|| {
-                platform(
-                    format!("starting service {}", service.name),
-                    format!("{name} takes its value from {source}, which is not set in the environment af runs in; set it and run af up again"),
+                DockerError::Runtime(
+                    af_runtime::RuntimeErrorKind::EnvValueMissing {
+                        missing: vec![format!("{}'s {name} from {source}", service.name)],
+                    }
+                    .into(),
                 )
             })?,
         };
@@ -391,13 +394,16 @@ pub async fn migrate(
             .into_iter()
             .rev()
             .collect();
-        return Err(platform(
-            format!("migrating service {}", service.name),
-            format!(
-                "the migration exited with status {}; it is not retried; its last lines:\n  {}",
-                finished.exit_code,
-                last.join("\n  ")
-            ),
+        return Err(DockerError::Runtime(
+            af_runtime::RuntimeErrorKind::MigrationFailed {
+                service: service.name.clone(),
+                detail: format!(
+                    "it exited with status {}; it is not retried; its last lines:\n  {}",
+                    finished.exit_code,
+                    last.join("\n  ")
+                ),
+            }
+            .into(),
         ));
     }
     Ok(())
@@ -460,9 +466,13 @@ pub async fn wait_ready(
             ));
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(platform(
-                format!("waiting for {}", instance.app),
-                format!("port {port} did not open within {}s", timeout.as_secs()),
+            let answer = health_path.map_or(String::new(), |path| format!(", answering {path}"));
+            return Err(DockerError::Runtime(
+                af_runtime::RuntimeErrorKind::NeverReady {
+                    waiting: vec![format!("{} (port {port}{answer})", instance.app)],
+                    waited_s: timeout.as_secs(),
+                }
+                .into(),
             ));
         }
         tokio::time::sleep(pause).await;

@@ -272,10 +272,11 @@ async fn services_are_built_from_their_context_and_a_failed_build_names_the_serv
     runtime.down(&bad, &progress).await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     let err = failed.expect_err("a failed build stops up");
-    assert_eq!(err.code(), af_runtime::RunCode::PlatformFailed);
+    assert_eq!(err.code(), af_runtime::RunCode::ImageBuildFailed, "{err}");
+    assert!(err.help().contains("docker build"), "{}", err.help());
     assert!(
         err.to_string()
-            .contains("building the image of service built"),
+            .contains("building the image of service built from"),
         "{err}"
     );
     assert!(
@@ -369,7 +370,12 @@ async fn migrations_run_once_first_and_a_failure_stops_up() {
         .await
         .unwrap();
     let err = failed.expect_err("a failing migration stops up");
-    assert!(err.to_string().contains("migrating service web"), "{err}");
+    assert_eq!(err.code(), af_runtime::RunCode::MigrationFailed, "{err}");
+    assert!(
+        err.to_string()
+            .contains("the migration of service web failed"),
+        "{err}"
+    );
     assert!(err.to_string().contains("not retried"), "{err}");
     assert!(
         err.to_string().contains("no-such-migration"),

@@ -25,43 +25,38 @@ pub const VERDICT_HEADER: HeaderName = HeaderName::from_static("x-af-verdict");
 pub const ERROR_HEADER: HeaderName = HeaderName::from_static("x-af-error");
 
 /// The codes of the sidecar's own answers to workloads. Never renumbered or reused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::EnumIter, strum::IntoStaticStr)]
 pub enum AnswerCode {
     /// The egress policy denied the destination.
+    #[strum(serialize = "AF-RUN-052")]
     Denied,
     /// The request is not one the sidecar can forward (not absolute-form, no Host, https:// as a
     /// request, CONNECT without a port, CONNECT on the transparent port).
+    #[strum(serialize = "AF-RUN-053")]
     NotForwardable,
     /// An allowed destination could not be connected to.
+    #[strum(serialize = "AF-RUN-054")]
     Unreachable,
     /// An allowed origin was reached but did not answer: it closed, broke HTTP/1, or went silent.
+    #[strum(serialize = "AF-RUN-055")]
     NoAnswer,
     /// A captured host the sidecar cannot answer on this connection.
+    #[strum(serialize = "AF-RUN-056")]
     CaptureCannotAnswer,
     /// An HTTP request that names its host in two ways that disagree: two Host fields, userinfo,
     /// or a Host field other than the URL's host.
+    #[strum(serialize = "AF-RUN-057")]
     AmbiguousHost,
 }
 
 impl AnswerCode {
-    pub const ALL: [AnswerCode; 6] = [
-        AnswerCode::Denied,
-        AnswerCode::NotForwardable,
-        AnswerCode::Unreachable,
-        AnswerCode::NoAnswer,
-        AnswerCode::CaptureCannotAnswer,
-        AnswerCode::AmbiguousHost,
-    ];
+    /// Every code, in number order: docs/errors.md is checked against this list.
+    pub fn all() -> impl Iterator<Item = AnswerCode> {
+        <AnswerCode as strum::IntoEnumIterator>::iter()
+    }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            AnswerCode::Denied => "AF-RUN-052",
-            AnswerCode::NotForwardable => "AF-RUN-053",
-            AnswerCode::Unreachable => "AF-RUN-054",
-            AnswerCode::NoAnswer => "AF-RUN-055",
-            AnswerCode::CaptureCannotAnswer => "AF-RUN-056",
-            AnswerCode::AmbiguousHost => "AF-RUN-057",
-        }
+        self.into()
     }
 }
 
@@ -357,14 +352,11 @@ mod tests {
 
     #[test]
     fn the_codes_are_distinct_and_follow_the_runtime_codes() {
-        let codes: std::collections::BTreeSet<_> =
-            AnswerCode::ALL.iter().map(|c| c.as_str()).collect();
-        assert_eq!(codes.len(), AnswerCode::ALL.len());
-        for code in AnswerCode::ALL {
+        let codes: std::collections::BTreeSet<_> = AnswerCode::all().map(|c| c.as_str()).collect();
+        assert_eq!(codes.len(), AnswerCode::all().count());
+        for code in AnswerCode::all() {
             assert!(
-                !af_runtime::RunCode::ALL
-                    .iter()
-                    .any(|run| run.as_str() == code.as_str()),
+                !af_runtime::RunCode::all().any(|run| run.as_str() == code.as_str()),
                 "{code} is a runtime error's code too"
             );
         }

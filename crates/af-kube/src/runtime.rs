@@ -13,7 +13,8 @@ use std::net::IpAddr;
 use af_manifest::{DatabaseProvider, EnvironmentId, ImageSource, Manifest};
 use af_runtime::{
     Capabilities, Capability, ContainmentSummary, Environment, EnvironmentStatus, LogLine,
-    LogStream, ProgressEvent, ProgressSink, Runtime, RuntimeError, ServiceStatus, Step, UpReport,
+    LogStream, ProgressEvent, ProgressSink, Runtime, RuntimeError, RuntimeErrorKind, ServiceStatus,
+    Step, UpReport,
 };
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -29,7 +30,8 @@ use crate::apply::{
 use crate::images::{Loader, load_command, loader_for, on_every_node};
 use crate::render::names::{ROLE_LABEL, SERVICE_LABEL, SIDECAR, namespace as namespace_name};
 use crate::render::{
-    CaptureInput, Cluster, Object, RenderInput, Rendered, render, stand_in_service_ips, with_bundle,
+    CaptureInput, Cluster, Object, RenderError, RenderInput, Rendered, render,
+    stand_in_service_ips, with_bundle,
 };
 
 /// Where the last containment verdict is kept, for `af status`: on the namespace, which a
@@ -311,7 +313,7 @@ impl KubeRuntime {
             cluster,
             capture,
         })
-        .map_err(|e| RuntimeError::platform_failed("rendering the environment", e))
+        .map_err(|e| render_failure(&self.capabilities, e))
     }
 
     /// Applies a Service: the ClusterIP the cluster gave it, and whether it was written.
@@ -348,19 +350,31 @@ impl KubeRuntime {
         Ok(wrote)
     }
 
-    /// The sidecar's current configuration, if there is one.
-    async fn current_config(&self, namespace: &str) -> Option<String> {
+    /// The sidecar's current configuration, if there is one. A cluster that cannot be asked is an
+    /// error, never "none": `up` would make a new token and capture CA, replacing the sidecar and
+    /// breaking every service's trust in the CA it was given.
+    async fn current_config(&self, namespace: &str) -> Result<Option<String>, RuntimeError> {
         let secret = Api::<Secret>::namespaced(self.client.clone(), namespace)
             .get_opt(crate::render::names::SIDECAR_CONFIG)
             .await
-            .ok()??;
-        let config = secret.data?.remove(crate::render::CONFIG_KEY)?;
-        String::from_utf8(config.0).ok()
+            .map_err(|e| {
+                RuntimeError::platform_failed(
+                    format!(
+                        "reading {namespace}/{}",
+                        crate::render::names::SIDECAR_CONFIG
+                    ),
+                    e,
+                )
+            })?;
+        Ok(secret
+            .and_then(|s| s.data)
+            .and_then(|mut data| data.remove(crate::render::CONFIG_KEY))
+            .and_then(|config| String::from_utf8(config.0).ok()))
     }
 
     /// The control token of the sidecar's current configuration, if there is one.
     async fn current_token(&self, namespace: &str) -> Option<String> {
-        token_of(&self.current_config(namespace).await?)
+        token_of(&self.current_config(namespace).await.ok()??)
     }
 
     /// One request to the sidecar's control API, through a port-forward to its pod (the API
@@ -420,7 +434,10 @@ impl KubeRuntime {
         let mut annotated = namespace.clone();
         annotated.metadata.annotations = Some(BTreeMap::from([(
             VERDICT_ANNOTATION.to_string(),
-            serde_json::to_string(verdict).unwrap_or_default(),
+            serde_json::to_string(verdict).map_err(|e| RuntimeErrorKind::Internal {
+                operation: "recording the probe's verdict".into(),
+                detail: e.to_string(),
+            })?,
         )]));
         let name = annotated.metadata.name.clone().unwrap_or_default();
         Api::<Namespace>::all(self.client.clone())
@@ -450,17 +467,32 @@ impl KubeRuntime {
             .unwrap_or_default();
         let mut values = BTreeMap::new();
         for key in keys.split(',').filter(|k| !k.is_empty()) {
-            let value = std::env::var(key).map_err(|_| {
-                RuntimeError::platform_failed(
-                    "filling the services' Secret",
-                    format!("a service takes {key} from the environment af runs in, and it is not set; set it and run af up again"),
-                )
-            })?;
+            // Checked before anything was created; unset since then.
+            let value =
+                std::env::var(key).map_err(|_| af_runtime::RuntimeErrorKind::EnvValueMissing {
+                    missing: vec![format!("{key}, which a service takes")],
+                })?;
             values.insert(key.to_string(), value);
         }
         let mut filled = secret.clone();
         filled.string_data = Some(values);
         Ok(filled)
+    }
+}
+
+/// What a rendering failure is to the person: a cron service without a command is what this
+/// runtime cannot do (AF-RUN-044, saying to write one); the rest are af's own fault (AF-RUN-064),
+/// never the platform's.
+fn render_failure(capabilities: &Capabilities, e: RenderError) -> RuntimeError {
+    match e {
+        RenderError::CronCommandUnknown(_) => {
+            capabilities.unsupported(Capability::CronWithoutCommand)
+        }
+        RenderError::NoImage(_) | RenderError::Unserializable(_) => RuntimeErrorKind::Internal {
+            operation: "rendering the environment".into(),
+            detail: e.to_string(),
+        }
+        .into(),
     }
 }
 
@@ -484,6 +516,7 @@ impl Runtime for KubeRuntime {
         progress: &dyn ProgressSink,
     ) -> Result<UpReport, RuntimeError> {
         self.refuse_unsupported(&environment.manifest)?;
+        af_runtime::require_env_values(&environment.manifest)?;
         // Which cluster, before the first question to it: an error that follows names it.
         progress.emit(ProgressEvent::Notice {
             message: format!("af up is about to change {}", self.target),
@@ -588,7 +621,7 @@ impl Runtime for KubeRuntime {
         }
         // The token and the capture CA the sidecar already has are kept: a new token would replace
         // the sidecar every up, a new CA every service (they trust the one they were given).
-        let current = self.current_config(&name).await.unwrap_or_default();
+        let current = self.current_config(&name).await?.unwrap_or_default();
         let token = match token_of(&current) {
             Some(token) => token,
             None => af_egress::config::new_control_token()
@@ -930,5 +963,29 @@ impl Runtime for KubeRuntime {
         }
         // Every instance's lines as they come.
         Ok(Box::pin(futures_util::stream::select_all(streams)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rendering_failure_is_the_manifests_to_fix_or_afs_own_never_the_platforms() {
+        let capabilities = Capabilities::new("kubernetes", [Capability::CronSchedules]);
+        let cron = render_failure(
+            &capabilities,
+            RenderError::CronCommandUnknown("report".into()),
+        );
+        assert_eq!(cron.code(), af_runtime::RunCode::Unsupported);
+        assert!(cron.to_string().contains("write `command:`"), "{cron}");
+        for bug in [
+            RenderError::NoImage("web".into()),
+            RenderError::Unserializable("the egress policy: x".into()),
+        ] {
+            let err = render_failure(&capabilities, bug);
+            assert_eq!(err.code(), af_runtime::RunCode::Internal, "{err}");
+            assert!(err.help().contains("report it"), "{}", err.help());
+        }
     }
 }

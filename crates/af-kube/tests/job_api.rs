@@ -81,12 +81,13 @@ async fn a_failed_migration_stops_up_with_its_last_lines() {
     let err = run(client, "af-shop-main", &job(), quick())
         .await
         .unwrap_err();
-    assert_eq!(err.code(), RunCode::PlatformFailed);
+    assert_eq!(err.code(), RunCode::MigrationFailed);
     let text = err.to_string();
     assert!(
-        text.contains("the migration failed; it is not retried"),
+        text.contains("the migration of service") && text.contains("it is not retried"),
         "{text}"
     );
+    assert!(!err.help().contains("docker info"), "{}", err.help());
     assert!(
         text.contains("relation \"orders\" already exists"),
         "{text}"

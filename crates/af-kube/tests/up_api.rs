@@ -267,7 +267,13 @@ async fn a_failed_migration_stops_up_before_the_services() {
         _ => fake_cluster::Fate::Healthy,
     });
     let err = runtime(&fake).up(&environment(), &Quiet).await.unwrap_err();
-    assert!(err.to_string().contains("ERROR: it broke"), "{err}");
+    assert_eq!(err.code(), RunCode::MigrationFailed, "{err}");
+    assert!(
+        err.to_string()
+            .contains("the migration of service web failed")
+            && err.to_string().contains("ERROR: it broke"),
+        "{err}"
+    );
     let written = writes(&fake);
     assert!(written.iter().any(|w| w.ends_with("jobs af-migrate-web")));
     assert!(
@@ -738,4 +744,57 @@ async fn a_netlock_step_that_fails_is_af_run_051_with_its_cause() {
         );
         assert!(err.help().contains("gVisor"), "{}", err.help());
     }
+}
+
+/// A value the manifest takes from af's environment and that is not set there stops `up` before
+/// anything is written (it once stopped it after the namespace, the sidecar and the probe).
+#[tokio::test]
+async fn an_unset_from_env_value_is_af_run_060_before_any_write() {
+    let fake = Shared::default();
+    let mut unset = environment();
+    let web = unset.manifest.services.get_mut("web").unwrap();
+    web.env.insert(
+        "PAYMENTS_KEY".into(),
+        EnvValue::FromEnv("AF_TEST_NEVER_SET_PAYMENTS_KEY".into()),
+    );
+    let err = runtime(&fake).up(&unset, &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::EnvValueMissing, "{err}");
+    assert!(
+        err.to_string()
+            .contains("web's PAYMENTS_KEY from AF_TEST_NEVER_SET_PAYMENTS_KEY"),
+        "{err}"
+    );
+    assert_eq!(writes(&fake), Vec::<String>::new());
+}
+
+/// A service that runs and never becomes ready, with nothing saying it never will, is waited on
+/// for readiness's patience and then is AF-RUN-063 naming it, with advice about the service, not
+/// the platform.
+#[tokio::test]
+async fn a_service_that_never_becomes_ready_is_af_run_063() {
+    let fake = with_fate("worker", fake_cluster::Fate::NeverReady);
+    let client = serve(fake.clone());
+    let rendered = support::rendered(&shop());
+    let worker = rendered
+        .deployments
+        .iter()
+        .find(|d| d.metadata.name.as_deref() == Some("worker"))
+        .unwrap();
+    af_kube::apply::objects::apply(
+        client.clone(),
+        &af_kube::render::Object::Deployment(worker.clone()),
+    )
+    .await
+    .unwrap();
+    let patience = af_kube::apply::Patience {
+        timeout: std::time::Duration::from_millis(300),
+        interval: std::time::Duration::from_millis(50),
+    };
+    let err = af_kube::apply::readiness::wait(client, "af-shop-main", &["worker".into()], patience)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), RunCode::NeverReady, "{err}");
+    assert!(err.to_string().contains("service worker"), "{err}");
+    assert!(err.help().contains("af logs"), "{}", err.help());
+    assert!(!err.help().contains("docker info"), "{}", err.help());
 }

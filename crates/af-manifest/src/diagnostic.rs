@@ -7,123 +7,99 @@ use serde::Serialize;
 
 /// Every way a manifest can be refused. The numbers are stable: documentation, scripts and support
 /// conversations refer to them, so a code is never renumbered or reused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, strum::EnumIter, strum::IntoStaticStr,
+)]
 pub enum ManifestCode {
     /// The text is not YAML.
+    #[strum(serialize = "AF-MAN-001")]
     Syntax,
     /// A key the manifest does not define.
+    #[strum(serialize = "AF-MAN-002")]
     UnknownKey,
     /// A value of the wrong kind (a string where a number belongs, ...).
+    #[strum(serialize = "AF-MAN-003")]
     WrongType,
     /// A required key is absent.
+    #[strum(serialize = "AF-MAN-004")]
     MissingKey,
     /// A name that is not a DNS-1123 label.
+    #[strum(serialize = "AF-MAN-005")]
     InvalidName,
     /// The same key, name or rule written twice.
+    #[strum(serialize = "AF-MAN-006")]
     Duplicate,
     /// A port outside 1-65535.
+    #[strum(serialize = "AF-MAN-007")]
     InvalidPort,
     /// A resource figure that is not a Kubernetes quantity.
+    #[strum(serialize = "AF-MAN-008")]
     InvalidQuantity,
     /// A resource figure of zero or less.
+    #[strum(serialize = "AF-MAN-009")]
     ZeroQuantity,
     /// `replicas` below 1.
+    #[strum(serialize = "AF-MAN-010")]
     InvalidReplicas,
     /// A `health_path` that is not an absolute path.
+    #[strum(serialize = "AF-MAN-011")]
     InvalidHealthPath,
     /// A service that is both `cron` and `web`.
+    #[strum(serialize = "AF-MAN-012")]
     CronAndWeb,
     /// `depends_on` names a service the manifest does not have.
+    #[strum(serialize = "AF-MAN-013")]
     UnknownDependency,
     /// `depends_on` goes round in a circle.
+    #[strum(serialize = "AF-MAN-014")]
     DependencyCycle,
     /// A secret written into the manifest where a reference is required.
+    #[strum(serialize = "AF-MAN-015")]
     InlineSecret,
     /// Neither or both of `image` and `build`.
+    #[strum(serialize = "AF-MAN-016")]
     ImageSource,
     /// A `cron` schedule that is not a cron expression.
+    #[strum(serialize = "AF-MAN-017")]
     InvalidCron,
     /// An egress rule that is not a host name, `*.` wildcard, IP address or CIDR.
+    #[strum(serialize = "AF-MAN-018")]
     InvalidEgressRule,
     /// One host both allowed and captured.
+    #[strum(serialize = "AF-MAN-019")]
     EgressConflict,
     /// `web` or `health_path` on a service without a `port`.
+    #[strum(serialize = "AF-MAN-020")]
     NeedsPort,
     /// An environment variable name that a process cannot receive.
+    #[strum(serialize = "AF-MAN-021")]
     InvalidEnvName,
     /// A value outside the set the key accepts (`provider: docker`, ...).
+    #[strum(serialize = "AF-MAN-022")]
     InvalidValue,
     /// The manifest file cannot be read.
+    #[strum(serialize = "AF-MAN-023")]
     Unreadable,
     /// A `build.context` folder that does not exist.
+    #[strum(serialize = "AF-MAN-024")]
     BuildContextMissing,
     /// A `domain` that is not a DNS name.
+    #[strum(serialize = "AF-MAN-025")]
     InvalidDomain,
     /// A service name in the prefix af keeps for its own objects (`af-`).
+    #[strum(serialize = "AF-MAN-026")]
     ReservedName,
 }
 
 impl ManifestCode {
-    /// All codes, in number order (for documentation tests).
-    pub const ALL: [ManifestCode; 26] = [
-        Self::Syntax,
-        Self::UnknownKey,
-        Self::WrongType,
-        Self::MissingKey,
-        Self::InvalidName,
-        Self::Duplicate,
-        Self::InvalidPort,
-        Self::InvalidQuantity,
-        Self::ZeroQuantity,
-        Self::InvalidReplicas,
-        Self::InvalidHealthPath,
-        Self::CronAndWeb,
-        Self::UnknownDependency,
-        Self::DependencyCycle,
-        Self::InlineSecret,
-        Self::ImageSource,
-        Self::InvalidCron,
-        Self::InvalidEgressRule,
-        Self::EgressConflict,
-        Self::NeedsPort,
-        Self::InvalidEnvName,
-        Self::InvalidValue,
-        Self::Unreadable,
-        Self::BuildContextMissing,
-        Self::InvalidDomain,
-        Self::ReservedName,
-    ];
+    /// Every code, in number order: docs/errors.md is checked against this list.
+    pub fn all() -> impl Iterator<Item = ManifestCode> {
+        <ManifestCode as strum::IntoEnumIterator>::iter()
+    }
 
     /// The printed code, `AF-MAN-0xx`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Syntax => "AF-MAN-001",
-            Self::UnknownKey => "AF-MAN-002",
-            Self::WrongType => "AF-MAN-003",
-            Self::MissingKey => "AF-MAN-004",
-            Self::InvalidName => "AF-MAN-005",
-            Self::Duplicate => "AF-MAN-006",
-            Self::InvalidPort => "AF-MAN-007",
-            Self::InvalidQuantity => "AF-MAN-008",
-            Self::ZeroQuantity => "AF-MAN-009",
-            Self::InvalidReplicas => "AF-MAN-010",
-            Self::InvalidHealthPath => "AF-MAN-011",
-            Self::CronAndWeb => "AF-MAN-012",
-            Self::UnknownDependency => "AF-MAN-013",
-            Self::DependencyCycle => "AF-MAN-014",
-            Self::InlineSecret => "AF-MAN-015",
-            Self::ImageSource => "AF-MAN-016",
-            Self::InvalidCron => "AF-MAN-017",
-            Self::InvalidEgressRule => "AF-MAN-018",
-            Self::EgressConflict => "AF-MAN-019",
-            Self::NeedsPort => "AF-MAN-020",
-            Self::InvalidEnvName => "AF-MAN-021",
-            Self::InvalidValue => "AF-MAN-022",
-            Self::Unreadable => "AF-MAN-023",
-            Self::BuildContextMissing => "AF-MAN-024",
-            Self::InvalidDomain => "AF-MAN-025",
-            Self::ReservedName => "AF-MAN-026",
-        }
+        self.into()
     }
 }
 

@@ -27,6 +27,9 @@ pub enum Capability {
     Migrations,
     /// `cron`: services run on a schedule.
     CronSchedules,
+    /// A cron service without `command:`, run with its image's own command (which a scheduler
+    /// inside a pod cannot read).
+    CronWithoutCommand,
     /// `health_path`: readiness polled over HTTP.
     HealthPaths,
     /// Running environments at all (`af up`): a runtime that is not built yet lacks it.
@@ -72,6 +75,9 @@ impl Capability {
             }
             Capability::Migrations => "migrations (services.<name>.migrate) yet",
             Capability::CronSchedules => "cron schedules (services.<name>.cron) yet",
+            Capability::CronWithoutCommand => {
+                "a cron service without `command:` (the scheduler in its pod cannot read the image's own command); write `command:` in the manifest"
+            }
             Capability::HealthPaths => "readiness over health_path yet",
             Capability::Environments => {
                 "running environments yet (this build of af has only the local runtime)"

@@ -7,52 +7,78 @@ use serde::Serialize;
 use crate::capability::Capability;
 
 /// The codes a runtime error can carry. 043, 044, 045 and 047 are fixed by the specification (seed
-/// 000) and keep those numbers; the others are assigned as runtimes need them, never reused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// 000) and keep those numbers; the others are assigned as runtimes need them, never reused. Each
+/// code is written once, on its variant; the list of them is generated ([`RunCode::all`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::EnumIter, strum::IntoStaticStr)]
 pub enum RunCode {
     /// The platform (the Docker daemon, the API server) failed an operation.
+    #[strum(serialize = "AF-RUN-001")]
     PlatformFailed,
     /// The engine image (af-proxy FROM scratch) is not available and cannot be built.
+    #[strum(serialize = "AF-RUN-002")]
     EngineImage,
     /// The containment probe saw a route out (or could not tell): the environment did not start.
+    #[strum(serialize = "AF-RUN-043")]
     ContainmentRefused,
     /// The runtime does not support what was asked.
+    #[strum(serialize = "AF-RUN-044")]
     Unsupported,
     /// An object with our name exists but does not carry our label: someone else's.
+    #[strum(serialize = "AF-RUN-045")]
     NotOurs,
     /// The environment's sizes do not fit in what the platform has free.
+    #[strum(serialize = "AF-RUN-047")]
     DoesNotFit,
     /// The sidecar's configuration cannot be used; the sidecar serves nothing.
+    #[strum(serialize = "AF-RUN-050")]
     SidecarConfigInvalid,
-    /// netlock could not lock a sandbox's network namespace, or could not confirm it did.
+    /// netlock could not lock a sandbox's or a pod's network namespace, or could not confirm it
+    /// did.
+    #[strum(serialize = "AF-RUN-051")]
     NetlockFailed,
     /// A pod of the environment says it will never start (rejected, unpullable, unschedulable,
     /// crash-looping, refused by admission): waiting longer would not help.
+    #[strum(serialize = "AF-RUN-058")]
     PodWillNotStart,
     /// The cluster's Kubernetes version is older than af supports.
+    #[strum(serialize = "AF-RUN-059")]
     ClusterTooOld,
+    /// Values the manifest takes from af's environment (`from_env`) are not set there.
+    #[strum(serialize = "AF-RUN-060")]
+    EnvValueMissing,
+    /// A service's migration (`migrate`) ran and failed.
+    #[strum(serialize = "AF-RUN-061")]
+    MigrationFailed,
+    /// A service's image could not be built from its `build` context.
+    #[strum(serialize = "AF-RUN-062")]
+    ImageBuildFailed,
+    /// A service started but did not become ready in time.
+    #[strum(serialize = "AF-RUN-063")]
+    NeverReady,
+    /// af's own fault (an object it could not write out, a value it should have had): a bug to
+    /// report, not something the manifest or the platform did.
+    #[strum(serialize = "AF-RUN-064")]
+    Internal,
 }
 
 impl RunCode {
-    pub const ALL: [RunCode; 10] = [
-        RunCode::PlatformFailed,
-        RunCode::EngineImage,
-        RunCode::ContainmentRefused,
-        RunCode::Unsupported,
-        RunCode::NotOurs,
-        RunCode::DoesNotFit,
-        RunCode::SidecarConfigInvalid,
-        RunCode::NetlockFailed,
-        RunCode::PodWillNotStart,
-        RunCode::ClusterTooOld,
-    ];
+    /// Every code, in number order.
+    pub fn all() -> impl Iterator<Item = RunCode> {
+        <RunCode as strum::IntoEnumIterator>::iter()
+    }
 
     /// The process exit status for an error with this code: for the codes the specification fixes
     /// and the containment core's, the code's own number, so that status 43 is AF-RUN-043
     /// wherever it is seen; 4 for the others. Statuses 0-3 belong to the CLI itself.
     pub fn exit_status(self) -> u8 {
         match self {
-            RunCode::PlatformFailed | RunCode::EngineImage => 4,
+            RunCode::PlatformFailed
+            | RunCode::EngineImage
+            | RunCode::EnvValueMissing
+            | RunCode::MigrationFailed
+            | RunCode::ImageBuildFailed
+            | RunCode::NeverReady
+            | RunCode::Internal => 4,
             RunCode::ContainmentRefused => 43,
             RunCode::Unsupported => 44,
             RunCode::NotOurs => 45,
@@ -65,18 +91,7 @@ impl RunCode {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            RunCode::PlatformFailed => "AF-RUN-001",
-            RunCode::EngineImage => "AF-RUN-002",
-            RunCode::ContainmentRefused => "AF-RUN-043",
-            RunCode::Unsupported => "AF-RUN-044",
-            RunCode::NotOurs => "AF-RUN-045",
-            RunCode::DoesNotFit => "AF-RUN-047",
-            RunCode::SidecarConfigInvalid => "AF-RUN-050",
-            RunCode::NetlockFailed => "AF-RUN-051",
-            RunCode::PodWillNotStart => "AF-RUN-058",
-            RunCode::ClusterTooOld => "AF-RUN-059",
-        }
+        self.into()
     }
 }
 
@@ -234,6 +249,32 @@ pub enum RuntimeErrorKind {
         /// The oldest version af supports (`1.30`).
         minimum: String,
     },
+    EnvValueMissing {
+        /// Each value not set: `web's STRIPE_KEY from STRIPE_SECRET`.
+        missing: Vec<String>,
+    },
+    MigrationFailed {
+        service: String,
+        /// How it ended, with its last lines.
+        detail: String,
+    },
+    ImageBuildFailed {
+        service: String,
+        /// The build context.
+        context: String,
+        /// What the builder said last.
+        detail: String,
+    },
+    NeverReady {
+        /// The services (or their instances) not ready.
+        waiting: Vec<String>,
+        waited_s: u64,
+    },
+    Internal {
+        /// What af was doing.
+        operation: String,
+        detail: String,
+    },
 }
 
 /// An error from a runtime, carrying its code.
@@ -268,6 +309,11 @@ impl RuntimeError {
             RuntimeErrorKind::NetlockFailed { .. } => RunCode::NetlockFailed,
             RuntimeErrorKind::PodWillNotStart { .. } => RunCode::PodWillNotStart,
             RuntimeErrorKind::ClusterTooOld { .. } => RunCode::ClusterTooOld,
+            RuntimeErrorKind::EnvValueMissing { .. } => RunCode::EnvValueMissing,
+            RuntimeErrorKind::MigrationFailed { .. } => RunCode::MigrationFailed,
+            RuntimeErrorKind::ImageBuildFailed { .. } => RunCode::ImageBuildFailed,
+            RuntimeErrorKind::NeverReady { .. } => RunCode::NeverReady,
+            RuntimeErrorKind::Internal { .. } => RunCode::Internal,
         }
     }
 
@@ -329,6 +375,25 @@ impl RuntimeError {
             RuntimeErrorKind::ClusterTooOld { found, minimum } => format!(
                 "the cluster's API server is Kubernetes {found}; af supports Kubernetes {minimum} and later"
             ),
+            RuntimeErrorKind::EnvValueMissing { missing } => format!(
+                "the manifest takes values from the environment af runs in that are not set there: {}; nothing was created",
+                missing.join(", ")
+            ),
+            RuntimeErrorKind::MigrationFailed { service, detail } => {
+                format!("the migration of service {service} failed: {detail}")
+            }
+            RuntimeErrorKind::ImageBuildFailed {
+                service,
+                context,
+                detail,
+            } => format!("building the image of service {service} from {context} failed: {detail}"),
+            RuntimeErrorKind::NeverReady { waiting, waited_s } => format!(
+                "{} did not become ready within {waited_s} s",
+                waiting.join(", ")
+            ),
+            RuntimeErrorKind::Internal { operation, detail } => {
+                format!("{operation} failed inside af: {detail}")
+            }
         }
     }
 
@@ -355,6 +420,11 @@ impl RuntimeError {
             RuntimeErrorKind::NetlockFailed { .. } => "run it under runc or Kata (gVisor has no netfilter owner match), give its netlock step NET_ADMIN as root, and ship the iptables tools in that step's image (af's engine image carries them); see docs/containment.md".to_string(),
             RuntimeErrorKind::PodWillNotStart { cause, .. } => format!("{}; `af down` removes what was created", cause.next_step()),
             RuntimeErrorKind::ClusterTooOld { minimum, .. } => format!("use a cluster of Kubernetes {minimum} or later (docs/runtimes.md says why that version); nothing was created"),
+            RuntimeErrorKind::EnvValueMissing { .. } => "export each one in the shell that runs af (or change the manifest's `from_env`), then run af up again".to_string(),
+            RuntimeErrorKind::MigrationFailed { service, .. } => format!("its own output above says why: fix the migration or its command (services.{service}.migrate) and run af up again, which runs it again; the services it depends on are up (af logs SERVICE), and af down removes everything"),
+            RuntimeErrorKind::ImageBuildFailed { context, .. } => format!("fix the build (the builder's last lines are above; `docker build {context}` shows all of it) and run af up again"),
+            RuntimeErrorKind::NeverReady { .. } => "the service started and did not answer: read its output (af logs SERVICE), check that it listens on its port on every interface (0.0.0.0, not 127.0.0.1) and that its health_path answers 2xx; af down removes what was created".to_string(),
+            RuntimeErrorKind::Internal { .. } => "this is af's fault, not the manifest's or the platform's: please report it with this message; af down removes what was created".to_string(),
         }
     }
 }
@@ -377,7 +447,7 @@ mod tests {
 
     #[test]
     fn the_fixed_numbers_stay_fixed() {
-        let codes: Vec<&str> = RunCode::ALL.iter().map(|c| c.as_str()).collect();
+        let codes: Vec<&str> = RunCode::all().map(|c| c.as_str()).collect();
         assert_eq!(
             codes,
             [
@@ -390,14 +460,19 @@ mod tests {
                 "AF-RUN-050",
                 "AF-RUN-051",
                 "AF-RUN-058",
-                "AF-RUN-059"
+                "AF-RUN-059",
+                "AF-RUN-060",
+                "AF-RUN-061",
+                "AF-RUN-062",
+                "AF-RUN-063",
+                "AF-RUN-064"
             ]
         );
     }
 
     #[test]
     fn exit_statuses_are_the_code_numbers() {
-        for code in RunCode::ALL.into_iter().filter(|c| c.exit_status() != 4) {
+        for code in RunCode::all().filter(|c| c.exit_status() != 4) {
             let number: u8 = code.as_str().trim_start_matches("AF-RUN-").parse().unwrap();
             assert_eq!(code.exit_status(), number);
         }

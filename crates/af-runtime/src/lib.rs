@@ -9,6 +9,7 @@
 
 mod capability;
 pub mod capture_trust;
+mod env_values;
 mod error;
 mod progress;
 mod runtime;
@@ -16,6 +17,7 @@ mod sidecar;
 mod verdict;
 
 pub use capability::{Capabilities, Capability};
+pub use env_values::{missing_env_values, require_env_values};
 pub use error::{
     FindingKind, PodFailureKind, RouteFinding, RunCode, RuntimeError, RuntimeErrorKind,
 };

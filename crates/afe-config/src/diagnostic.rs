@@ -7,115 +7,93 @@ use std::path::PathBuf;
 
 /// Every AFE-CFG code. The numbers are stable: docs/errors.md lists them, and scripts may match on
 /// them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, strum::EnumIter, strum::IntoStaticStr,
+)]
 pub enum CfgCode {
     /// The folder or a file cannot be read, or holds no manifest.
+    #[strum(serialize = "AFE-CFG-001")]
     Unreadable,
     /// Not valid YAML.
+    #[strum(serialize = "AFE-CFG-002")]
     Syntax,
     /// A document that is not an afe manifest: missing or unknown `apiVersion` or `kind`.
+    #[strum(serialize = "AFE-CFG-003")]
     NotAManifest,
     /// A key the kind does not have.
+    #[strum(serialize = "AFE-CFG-004")]
     UnknownKey,
     /// A value of the wrong type or out of range.
+    #[strum(serialize = "AFE-CFG-005")]
     InvalidValue,
     /// A required key is missing.
+    #[strum(serialize = "AFE-CFG-006")]
     MissingKey,
     /// A name or node id that is not a DNS-1123 label.
+    #[strum(serialize = "AFE-CFG-007")]
     InvalidName,
     /// `metadata.description`, which Kubernetes drops.
+    #[strum(serialize = "AFE-CFG-008")]
     DescriptionField,
     /// Two objects of one kind with one name, or a key written twice.
+    #[strum(serialize = "AFE-CFG-009")]
     Duplicate,
     /// A reference to a Schema, Agent or Plugin that does not exist.
+    #[strum(serialize = "AFE-CFG-010")]
     UnresolvedReference,
     /// `needs` names a node the flow does not have.
+    #[strum(serialize = "AFE-CFG-011")]
     UnknownNeed,
     /// `needs` goes round in a cycle.
+    #[strum(serialize = "AFE-CFG-012")]
     NeedsCycle,
     /// `when` is not valid CEL.
+    #[strum(serialize = "AFE-CFG-013")]
     WhenSyntax,
     /// `when` uses a variable the node cannot see.
+    #[strum(serialize = "AFE-CFG-014")]
     WhenVariable,
     /// A Schema field that does not make a JSON Schema.
+    #[strum(serialize = "AFE-CFG-015")]
     InvalidField,
     /// A sandbox runtime class naming gVisor.
+    #[strum(serialize = "AFE-CFG-016")]
     GvisorRefused,
     /// A secret value written into the config.
+    #[strum(serialize = "AFE-CFG-017")]
     InlineSecret,
     /// A prompt missing, doubled, or referenced in a way its source cannot resolve.
+    #[strum(serialize = "AFE-CFG-018")]
     Prompt,
     /// A node or plugin with no kind or more than one, or a one-of block with both or neither.
+    #[strum(serialize = "AFE-CFG-019")]
     OneOf,
     /// The pinned revision is not the computed one.
+    #[strum(serialize = "AFE-CFG-020")]
     RevisionMismatch,
     /// An environment variable name that is not one.
+    #[strum(serialize = "AFE-CFG-021")]
     InvalidEnvName,
     /// A Kubernetes quantity that does not parse.
+    #[strum(serialize = "AFE-CFG-022")]
     InvalidQuantity,
     /// An egress rule that is not a host name or `*.` wildcard.
+    #[strum(serialize = "AFE-CFG-023")]
     InvalidEgress,
     /// A tool that is neither built in nor offered by a plugin.
+    #[strum(serialize = "AFE-CFG-024")]
     UnknownTool,
 }
 
 impl CfgCode {
     pub fn as_str(self) -> &'static str {
-        match self {
-            CfgCode::Unreadable => "AFE-CFG-001",
-            CfgCode::Syntax => "AFE-CFG-002",
-            CfgCode::NotAManifest => "AFE-CFG-003",
-            CfgCode::UnknownKey => "AFE-CFG-004",
-            CfgCode::InvalidValue => "AFE-CFG-005",
-            CfgCode::MissingKey => "AFE-CFG-006",
-            CfgCode::InvalidName => "AFE-CFG-007",
-            CfgCode::DescriptionField => "AFE-CFG-008",
-            CfgCode::Duplicate => "AFE-CFG-009",
-            CfgCode::UnresolvedReference => "AFE-CFG-010",
-            CfgCode::UnknownNeed => "AFE-CFG-011",
-            CfgCode::NeedsCycle => "AFE-CFG-012",
-            CfgCode::WhenSyntax => "AFE-CFG-013",
-            CfgCode::WhenVariable => "AFE-CFG-014",
-            CfgCode::InvalidField => "AFE-CFG-015",
-            CfgCode::GvisorRefused => "AFE-CFG-016",
-            CfgCode::InlineSecret => "AFE-CFG-017",
-            CfgCode::Prompt => "AFE-CFG-018",
-            CfgCode::OneOf => "AFE-CFG-019",
-            CfgCode::RevisionMismatch => "AFE-CFG-020",
-            CfgCode::InvalidEnvName => "AFE-CFG-021",
-            CfgCode::InvalidQuantity => "AFE-CFG-022",
-            CfgCode::InvalidEgress => "AFE-CFG-023",
-            CfgCode::UnknownTool => "AFE-CFG-024",
-        }
+        self.into()
     }
 
-    /// Every code, in order: docs/errors.md is checked against this list.
-    pub const ALL: [CfgCode; 24] = [
-        CfgCode::Unreadable,
-        CfgCode::Syntax,
-        CfgCode::NotAManifest,
-        CfgCode::UnknownKey,
-        CfgCode::InvalidValue,
-        CfgCode::MissingKey,
-        CfgCode::InvalidName,
-        CfgCode::DescriptionField,
-        CfgCode::Duplicate,
-        CfgCode::UnresolvedReference,
-        CfgCode::UnknownNeed,
-        CfgCode::NeedsCycle,
-        CfgCode::WhenSyntax,
-        CfgCode::WhenVariable,
-        CfgCode::InvalidField,
-        CfgCode::GvisorRefused,
-        CfgCode::InlineSecret,
-        CfgCode::Prompt,
-        CfgCode::OneOf,
-        CfgCode::RevisionMismatch,
-        CfgCode::InvalidEnvName,
-        CfgCode::InvalidQuantity,
-        CfgCode::InvalidEgress,
-        CfgCode::UnknownTool,
-    ];
+    /// Every code, in number order: docs/errors.md is checked against this list.
+    pub fn all() -> impl Iterator<Item = CfgCode> {
+        <CfgCode as strum::IntoEnumIterator>::iter()
+    }
 }
 
 impl fmt::Display for CfgCode {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use af_runtime::RuntimeError;
+use af_runtime::{RuntimeError, RuntimeErrorKind};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -44,10 +44,13 @@ pub async fn run(
         }
         if status.failed.unwrap_or(0) > 0 {
             let lines = pod_log(client.clone(), namespace, &name).await;
-            return Err(RuntimeError::platform_failed(
-                format!("migrating with Job {namespace}/{name}"),
-                format!("the migration failed; it is not retried; its last lines:\n  {lines}"),
-            ));
+            return Err(RuntimeErrorKind::MigrationFailed {
+                service: migrated_service(job),
+                detail: format!(
+                    "Job {namespace}/{name} failed; it is not retried; its last lines:\n  {lines}"
+                ),
+            }
+            .into());
         }
         // A pod that will never run (its image, no node for it, refused by the node, its gate)
         // is said at once rather than after the migration's patience.
@@ -71,13 +74,26 @@ pub async fn run(
             }
         }
         if started.elapsed() >= patience.timeout {
-            return Err(RuntimeError::platform_failed(
-                format!("migrating with Job {namespace}/{name}"),
-                format!("it did not finish within {} s", patience.timeout.as_secs()),
-            ));
+            return Err(RuntimeErrorKind::MigrationFailed {
+                service: migrated_service(job),
+                detail: format!(
+                    "Job {namespace}/{name} did not finish within {} s",
+                    patience.timeout.as_secs()
+                ),
+            }
+            .into());
         }
         tokio::time::sleep(patience.interval).await;
     }
+}
+
+/// The service a migration Job is for, from its pods' label.
+fn migrated_service(job: &Job) -> String {
+    job.spec
+        .as_ref()
+        .and_then(|spec| spec.template.metadata.as_ref()?.labels.as_ref())
+        .and_then(|labels| labels.get(crate::render::names::SERVICE_LABEL).cloned())
+        .unwrap_or_else(|| job.metadata.name.clone().unwrap_or_default())
 }
 
 /// The last lines of the Job's pod, or why they cannot be read.

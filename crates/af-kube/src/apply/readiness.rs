@@ -326,13 +326,11 @@ pub async fn wait(
         }
         let waiting: Vec<String> = waiting.into_iter().map(|(name, _)| name).collect();
         if started.elapsed() >= patience.timeout {
-            return Err(RuntimeError::platform_failed(
-                format!("waiting for {} to be ready", waiting.join(", ")),
-                format!(
-                    "not every replica was ready within {} s",
-                    patience.timeout.as_secs()
-                ),
-            ));
+            return Err(RuntimeErrorKind::NeverReady {
+                waiting: waiting.iter().map(|name| workload(name)).collect(),
+                waited_s: patience.timeout.as_secs(),
+            }
+            .into());
         }
         tokio::time::sleep(patience.interval).await;
     }

@@ -17,7 +17,7 @@ use super::pod::{
     engine_security, engine_step_resources, environment, fixed_resources, pod_security, resources,
     workload_security, workload_spec,
 };
-use super::secret::{CONFIG_KEY, sidecar_config_text};
+use super::secret::CONFIG_KEY;
 use super::service::sidecar_ports;
 use super::{RenderError, RenderInput};
 
@@ -169,7 +169,7 @@ fn deployment(
 }
 
 /// The sidecar's Deployment.
-pub fn sidecar(input: &RenderInput<'_>, namespace: &str) -> Deployment {
+pub fn sidecar(input: &RenderInput<'_>, namespace: &str, config_text: &str) -> Deployment {
     let mut security = pod_security();
     // The engine runs as 1337; its listeners are on 53, 80, 443 and 25. A namespaced, safe sysctl
     // lets it bind them without adding a capability.
@@ -267,7 +267,7 @@ pub fn sidecar(input: &RenderInput<'_>, namespace: &str) -> Deployment {
     {
         template.annotations = Some(std::collections::BTreeMap::from([(
             CONFIG_DIGEST_ANNOTATION.to_string(),
-            config_digest(&sidecar_config_text(input, namespace)),
+            config_digest(config_text),
         )]));
     }
     sidecar

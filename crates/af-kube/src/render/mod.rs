@@ -106,6 +106,8 @@ pub enum RenderError {
     NoImage(String),
     /// A cron service names no command and its image's is not known.
     CronCommandUnknown(String),
+    /// Part of the manifest could not be written into an object: af's own fault.
+    Unserializable(String),
 }
 
 impl std::fmt::Display for RenderError {
@@ -116,6 +118,7 @@ impl std::fmt::Display for RenderError {
                 f,
                 "the cron service {service} names no command and its image's is unknown; write `command:` in the manifest"
             ),
+            RenderError::Unserializable(what) => write!(f, "{what} could not be written out"),
         }
     }
 }
@@ -253,6 +256,7 @@ fn meta(input: &RenderInput<'_>, namespace: &str, name: &str) -> ObjectMeta {
 pub fn render(input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
     let namespace_name = names::namespace(&input.manifest.runtime.namespace_prefix, input.env);
     let services: Vec<_> = input.manifest.services_in_start_order();
+    let config_text = secret::sidecar_config_text(input, &namespace_name)?;
     let mut migrations = Vec::new();
     let mut deployments = Vec::new();
     for service in &services {
@@ -276,8 +280,8 @@ pub fn render(input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
         policies: network_policy::all(input, &namespace_name),
         probe: probe_pod::probe(input, &namespace_name),
         sidecar_service: service::sidecar(input, &namespace_name),
-        sidecar_config: secret::sidecar_config(input, &namespace_name),
-        sidecar: deployment::sidecar(input, &namespace_name),
+        sidecar_config: secret::sidecar_config(input, &namespace_name, &config_text),
+        sidecar: deployment::sidecar(input, &namespace_name, &config_text),
         service_env: secret::service_env(input, &namespace_name),
         capture_trust: trust::config_map(input, &namespace_name),
         migrations,

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::names::{SERVICE_ENV, SIDECAR_CONFIG, ownership};
-use super::{RenderInput, ports};
+use super::{RenderError, RenderInput, ports};
 
 /// The key the sidecar's configuration is kept under, and the file name it is mounted as.
 pub const CONFIG_KEY: &str = "config.yaml";
@@ -18,8 +18,13 @@ pub const CONFIG_KEY: &str = "config.yaml";
 pub const FILLED_FROM_ANNOTATION: &str = "dev.antifailure.filled-from";
 
 /// The sidecar's configuration file.
-pub fn sidecar_config_text(input: &RenderInput<'_>, namespace: &str) -> String {
-    let policy = serde_json::to_string(&input.manifest.egress).unwrap_or_else(|_| "{}".into());
+pub fn sidecar_config_text(
+    input: &RenderInput<'_>,
+    namespace: &str,
+) -> Result<String, RenderError> {
+    // Never a stand-in: `{}` would be a policy the manifest did not write.
+    let policy = serde_json::to_string(&input.manifest.egress)
+        .map_err(|e| RenderError::Unserializable(format!("the egress policy: {e}")))?;
     let answer = match input.sidecar_ip {
         IpAddr::V4(ip) => format!("answer_v4: {ip}"),
         IpAddr::V6(ip) => format!("answer_v6: \"{ip}\""),
@@ -37,7 +42,7 @@ pub fn sidecar_config_text(input: &RenderInput<'_>, namespace: &str) -> String {
         .keys()
         .map(|name| format!("{name:?}"))
         .collect();
-    format!(
+    Ok(format!(
         "environment: {env}
 policy: {policy}
 listen:
@@ -77,16 +82,14 @@ webhooks: {{{webhooks}}}
         tls_capture = input
             .capture
             .map_or(String::new(), |capture| capture.ca.sidecar_config_line()),
-    )
+    ))
 }
 
-pub fn sidecar_config(input: &RenderInput<'_>, namespace: &str) -> Secret {
+/// The sidecar's configuration Secret, around `text` ([`sidecar_config_text`]).
+pub fn sidecar_config(input: &RenderInput<'_>, namespace: &str, text: &str) -> Secret {
     Secret {
         metadata: super::meta(input, namespace, SIDECAR_CONFIG),
-        string_data: Some(BTreeMap::from([(
-            CONFIG_KEY.to_string(),
-            sidecar_config_text(input, namespace),
-        )])),
+        string_data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), text.to_string())])),
         type_: Some("Opaque".to_string()),
         ..Default::default()
     }

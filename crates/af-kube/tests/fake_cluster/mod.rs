@@ -59,6 +59,8 @@ pub enum Fate {
     GateRefused { log: String },
     /// Its netlock step (the `af-netlock` init container) exits 51, having written `log`.
     NetlockFails { log: String },
+    /// Runs and never answers its readiness probe: nothing says it will not get there.
+    NeverReady,
     /// Admission refuses to create it (a policy webhook): no pod at all. A Deployment's
     /// ReplicaSet says why in its `ReplicaFailure` condition; a pod made directly is answered
     /// 403. (Not a Job's: a Job says it in events alone.)
@@ -872,6 +874,13 @@ fn make_pod(state: &mut State, origin: &Origin, template: &Value, fate: Fate) {
         Fate::NetlockFails { log } => (
             failed_init(&pod["spec"], "af-netlock", 51, &image),
             log.clone(),
+        ),
+        Fate::NeverReady => (
+            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
+                "containerStatuses": containers.iter().map(|c| json!({"name": c, "image": image,
+                    "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"running": {}}})).collect::<Vec<_>>()}),
+            String::new(),
         ),
         Fate::Forbidden { .. } => unreachable!("no pod is made"),
     };

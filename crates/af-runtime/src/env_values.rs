@@ -1,0 +1,58 @@
+//! The values a manifest takes from af's own environment (`from_env`), checked before anything is
+//! created: a missing one found while a service is started stops `up` half-way, after the
+//! namespace, the sidecar and the probe.
+
+use af_manifest::{EnvValue, Manifest};
+
+use crate::{RuntimeError, RuntimeErrorKind};
+
+/// Each value of `manifest` taken from the environment that `lookup` does not have, as
+/// `web's STRIPE_KEY from STRIPE_SECRET`, in the services' name order.
+pub fn missing_env_values(
+    manifest: &Manifest,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    manifest
+        .services
+        .values()
+        .flat_map(|service| {
+            service.env.iter().filter_map(|(name, value)| match value {
+                EnvValue::FromEnv(source) if lookup(source).is_none() => {
+                    Some(format!("{}'s {name} from {source}", service.name))
+                }
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+/// AF-RUN-060 unless every value `manifest` takes from af's environment is set there.
+pub fn require_env_values(manifest: &Manifest) -> Result<(), RuntimeError> {
+    let missing = missing_env_values(manifest, |name| std::env::var(name).ok());
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(RuntimeErrorKind::EnvValueMissing { missing }.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_missing_value_is_named_with_its_service_and_source() {
+        let manifest = af_manifest::parse(
+            "name: shop\nruntime: {provider: local}\nservices:\n  web:\n    image: w\n    env: {KEY: {from_env: STRIPE_SECRET}, MODE: test, TOKEN: {from_env: SET_ONE}}\n  worker:\n    image: x\n    env: {DB: {from_env: DB_URL}}\n",
+            "af.yaml",
+        )
+        .unwrap();
+        let missing = missing_env_values(&manifest, |name| {
+            (name == "SET_ONE").then(|| "value".to_string())
+        });
+        assert_eq!(
+            missing,
+            ["web's KEY from STRIPE_SECRET", "worker's DB from DB_URL"]
+        );
+    }
+}
