@@ -95,6 +95,8 @@ pub async fn judge_in_holder(
         "probe".to_string(),
         "--deadline-s".to_string(),
         PROBE_DEADLINE_S.to_string(),
+        "--interval-ms".to_string(),
+        crate::service::ROUND_INTERVAL_MS.to_string(),
     ];
     args.extend(targets);
     let finished = one_shot::exec_in_holder(docker, holder, &args).await?;

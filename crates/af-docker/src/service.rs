@@ -52,11 +52,12 @@ pub fn roles(service: &str, index: u32) -> (String, String) {
     )
 }
 
-/// Between the startup gate's rounds. The gate's default (500 ms) leaves time for a policy engine
-/// that enforces eventually (a CNI on Kubernetes); here nothing is eventual: the internal
-/// network is fixed when created, and the refusal rules are applied, and checked applied, before
-/// the gate starts. The rounds are still three, each trying every route.
-const GATE_INTERVAL_MS: &str = "10";
+/// Between the rounds of the startup gate and of the probe. Their defaults (500 ms, 250 ms) leave
+/// time for a policy engine that enforces eventually (a CNI on Kubernetes); here nothing is
+/// eventual: the internal network is fixed when created, and the refusal rules are applied, and
+/// checked applied, before either starts. The rounds are still three, each trying every route.
+/// (At the probe's 250 ms, `af up` paid half a second for rounds that could not differ.)
+pub(crate) const ROUND_INTERVAL_MS: &str = "10";
 
 /// The environment a service's process gets: its own variables (references resolved from af's
 /// environment), then the proxy settings, which always point at the sidecar.
@@ -198,7 +199,7 @@ async fn gate(
         "--deadline-s".to_string(),
         "30".to_string(),
         "--interval-ms".to_string(),
-        GATE_INTERVAL_MS.to_string(),
+        ROUND_INTERVAL_MS.to_string(),
     ];
     gate.extend(at.gate_targets.iter().cloned());
     let verdict = one_shot::exec_in_holder(docker, holder, &gate).await?;
