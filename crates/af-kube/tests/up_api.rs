@@ -798,3 +798,41 @@ async fn a_service_that_never_becomes_ready_is_af_run_063() {
     assert!(err.help().contains("af logs"), "{}", err.help());
     assert!(!err.help().contains("docker info"), "{}", err.help());
 }
+
+/// A sidecar configuration that cannot be read (the API server failing, not the Secret missing)
+/// stops `up`: taking it for "none" would mint a new token and capture CA, replacing the sidecar
+/// and breaking every service's trust in the CA it was given.
+#[tokio::test]
+async fn an_unreadable_sidecar_configuration_is_never_taken_for_none() {
+    let fake = Shared::default();
+    let runtime = runtime(&fake);
+    runtime.up(&environment(), &Quiet).await.unwrap();
+    let ns = "af-shop-main";
+    let before = fake
+        .lock()
+        .unwrap()
+        .object(&format!("{ns}/secrets/af-sidecar-config"))
+        .cloned()
+        .unwrap();
+    writes(&fake);
+    fake.lock()
+        .unwrap()
+        .failing_reads
+        .push(format!("{ns}/secrets/af-sidecar-config"));
+    let err = runtime.up(&environment(), &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::PlatformFailed, "{err}");
+    assert!(err.to_string().contains("af-sidecar-config"), "{err}");
+    let written = writes(&fake);
+    assert!(
+        !written.iter().any(|w| w.contains("af-sidecar")),
+        "nothing of the sidecar rewritten: {written:?}"
+    );
+    fake.lock().unwrap().failing_reads.clear();
+    let after = fake
+        .lock()
+        .unwrap()
+        .object(&format!("{ns}/secrets/af-sidecar-config"))
+        .cloned()
+        .unwrap();
+    assert_eq!(before["data"], after["data"], "the token and the CA kept");
+}

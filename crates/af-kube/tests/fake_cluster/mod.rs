@@ -84,6 +84,8 @@ pub struct State {
     pub probe_escapes: bool,
     /// How many reads a deleted namespace stays Terminating for.
     pub terminating_reads: u32,
+    /// Objects (`namespace/collection/name`) whose reads fail as an overloaded server's do: 500.
+    pub failing_reads: Vec<String>,
     pub script: Script,
     next_ip: u32,
     next_uid: u64,
@@ -101,6 +103,7 @@ impl Default for State {
             version: "v1.30.2".into(),
             probe_escapes: false,
             terminating_reads: 0,
+            failing_reads: Vec::new(),
             script: Box::new(|_, _| Fate::Healthy),
             next_ip: 10,
             next_uid: 1,
@@ -290,6 +293,16 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: &[u8])
                 .unwrap_or_default()
                 .to_string();
             (200, Value::String(log))
+        }
+        ("GET", Some(name), _)
+            if state
+                .failing_reads
+                .contains(&format!("{collection}/{name}")) =>
+        {
+            (
+                500,
+                status(500, "InternalError", "etcdserver: request timed out"),
+            )
         }
         ("GET", Some(name), _) => {
             if collection == "namespaces" {
