@@ -125,35 +125,36 @@ fn ipv6_disabled() -> bool {
 
 /// Locks the current network namespace for `proxy_uid`, or says precisely why it could not.
 pub fn apply(proxy_uid: u32) -> Result<NetlockReport, NetlockError> {
-    if is_gvisor(&std::fs::read_to_string("/proc/version").unwrap_or_default()) {
-        return Err(NetlockError::GVisor);
-    }
-    let (_, version, _) = run("iptables", &["--version"], None)?;
-    let ipv4 = apply_family(Family::V4, proxy_uid)?;
-    let ipv6 = match apply_family(Family::V6, proxy_uid) {
-        Ok(outcome) => outcome,
-        Err(_) if ipv6_disabled() => FamilyOutcome::Ipv6Disabled,
-        Err(err) => return Err(err),
-    };
+    refuse_gvisor()?;
     Ok(NetlockReport {
-        backend: backend(version.trim()),
         proxy_uid: Some(proxy_uid),
-        ipv6_enabled: !ipv6_disabled(),
-        ipv4,
-        ipv6,
-        only_to: Vec::new(),
+        ..apply_both(|family| plan(family, proxy_uid))?
     })
 }
 
 /// Locks the current network namespace as an `af` service's pod ([`pod_plan`]): nothing out
 /// but loopback, replies, and `allowed`.
 pub fn apply_pod(allowed: &[std::net::IpAddr]) -> Result<NetlockReport, NetlockError> {
+    refuse_gvisor()?;
+    Ok(NetlockReport {
+        only_to: allowed.iter().map(ToString::to_string).collect(),
+        ..apply_both(|family| pod_plan(family, allowed))?
+    })
+}
+
+fn refuse_gvisor() -> Result<(), NetlockError> {
     if is_gvisor(&std::fs::read_to_string("/proc/version").unwrap_or_default()) {
         return Err(NetlockError::GVisor);
     }
+    Ok(())
+}
+
+/// Applies `plan_for` each family (IPv6's may fail only where IPv6 is disabled) and reports it,
+/// with no uid exempt and no address named: the callers say theirs.
+fn apply_both(plan_for: impl Fn(Family) -> String) -> Result<NetlockReport, NetlockError> {
     let (_, version, _) = run("iptables", &["--version"], None)?;
-    let ipv4 = apply_plan(Family::V4, &pod_plan(Family::V4, allowed))?;
-    let ipv6 = match apply_plan(Family::V6, &pod_plan(Family::V6, allowed)) {
+    let ipv4 = apply_plan(Family::V4, &plan_for(Family::V4))?;
+    let ipv6 = match apply_plan(Family::V6, &plan_for(Family::V6)) {
         Ok(outcome) => outcome,
         Err(_) if ipv6_disabled() => FamilyOutcome::Ipv6Disabled,
         Err(err) => return Err(err),
@@ -164,12 +165,8 @@ pub fn apply_pod(allowed: &[std::net::IpAddr]) -> Result<NetlockReport, NetlockE
         ipv6_enabled: !ipv6_disabled(),
         ipv4,
         ipv6,
-        only_to: allowed.iter().map(ToString::to_string).collect(),
+        only_to: Vec::new(),
     })
-}
-
-fn apply_family(family: Family, proxy_uid: u32) -> Result<FamilyOutcome, NetlockError> {
-    apply_plan(family, &plan(family, proxy_uid))
 }
 
 /// Makes the filter table exactly `planned`, in one transaction, and reads it back.
@@ -221,27 +218,7 @@ pub fn apply_refusal(
     subnets: &[String],
     platform_side: &[String],
 ) -> Result<NetlockReport, NetlockError> {
-    let (_, version, _) = run("iptables", &["--version"], None)?;
-    let ipv4 = apply_plan(
-        Family::V4,
-        &refusal_plan(Family::V4, interface, subnets, platform_side),
-    )?;
-    let ipv6 = match apply_plan(
-        Family::V6,
-        &refusal_plan(Family::V6, interface, subnets, platform_side),
-    ) {
-        Ok(outcome) => outcome,
-        Err(_) if ipv6_disabled() => FamilyOutcome::Ipv6Disabled,
-        Err(err) => return Err(err),
-    };
-    Ok(NetlockReport {
-        backend: backend(version.trim()),
-        proxy_uid: None,
-        ipv6_enabled: !ipv6_disabled(),
-        ipv4,
-        ipv6,
-        only_to: Vec::new(),
-    })
+    apply_both(|family| refusal_plan(family, interface, subnets, platform_side))
 }
 
 /// The filter table as the kernel holds it now.

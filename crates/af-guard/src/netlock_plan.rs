@@ -31,10 +31,45 @@ impl Family {
 /// The rules for one family, in `iptables-restore` format, written exactly as `iptables-save`
 /// prints them so that reading them back can be compared line for line.
 pub fn plan(family: Family, proxy_uid: u32) -> String {
+    output_lock(
+        family,
+        &[format!(
+            "-A OUTPUT -m owner --uid-owner {proxy_uid} -j ACCEPT"
+        )],
+    )
+}
+
+/// The netlock plan of an `af` service's pod on Kubernetes (`runtime.netlock`): every outgoing
+/// packet dropped except on loopback, replies on connections made *to* the pod (the kubelet's
+/// readiness checks, the ingress controller, the sidecar's webhooks), and packets to `allowed`
+/// — the environment's own Service addresses (the sidecar's and the services'), never a range:
+/// the service range holds the API server's address too. No uid is exempt: the gate runs in the
+/// pod as the engine's uid and must see what the workload would. TCP is refused with a local
+/// reset and the rest fails with EPERM, so the gate and the probe see refusals, not silence.
+pub fn pod_plan(family: Family, allowed: &[std::net::IpAddr]) -> String {
+    // A connection the pod opened was refused by its first packet, so it never gets here.
+    let mut accepted = vec!["-A OUTPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT".to_string()];
+    for address in allowed {
+        match (address, family) {
+            (std::net::IpAddr::V4(a), Family::V4) => {
+                accepted.push(format!("-A OUTPUT -d {a}/32 -j ACCEPT"));
+            }
+            (std::net::IpAddr::V6(a), Family::V6) => {
+                accepted.push(format!("-A OUTPUT -d {a}/128 -j ACCEPT"));
+            }
+            _ => {}
+        }
+    }
+    output_lock(family, &accepted)
+}
+
+/// The whole filter table of a lock: nothing routed, every outgoing packet dropped but on loopback,
+/// IPv6's neighbour discovery, and the `accepted` rules; TCP refused with a local reset.
+fn output_lock(family: Family, accepted: &[String]) -> String {
     let mut lines = vec![
         "*filter".to_string(),
         ":INPUT ACCEPT [0:0]".to_string(),
-        // Nothing is routed through a sandbox.
+        // Nothing is routed through a locked namespace.
         ":FORWARD DROP [0:0]".to_string(),
         // Everything not accepted below is dropped; a dropped locally-generated datagram fails the
         // sending call at once (EPERM).
@@ -51,54 +86,9 @@ pub fn plan(family: Family, proxy_uid: u32) -> String {
             ));
         }
     }
-    lines.push(format!(
-        "-A OUTPUT -m owner --uid-owner {proxy_uid} -j ACCEPT"
-    ));
+    lines.extend(accepted.iter().cloned());
     // A dropped SYN is retried by the kernel until connect() times out; a reset made here, never
     // sent out, fails it at once, so the workload (and the gate) learn immediately.
-    lines.push("-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset".to_string());
-    lines.push("COMMIT".to_string());
-    let mut text = lines.join("\n");
-    text.push('\n');
-    text
-}
-
-/// The netlock plan of an `af` service's pod on Kubernetes (`runtime.netlock`): every outgoing
-/// packet dropped except on loopback, replies on connections made *to* the pod (the kubelet's
-/// readiness checks, the ingress controller, the sidecar's webhooks), and packets to `allowed`
-/// — the environment's own Service addresses (the sidecar's and the services'), never a range:
-/// the service range holds the API server's address too. No uid is exempt: the gate runs in the
-/// pod as the engine's uid and must see what the workload would. TCP is refused with a local
-/// reset and the rest fails with EPERM, so the gate and the probe see refusals, not silence.
-pub fn pod_plan(family: Family, allowed: &[std::net::IpAddr]) -> String {
-    let mut lines = vec![
-        "*filter".to_string(),
-        ":INPUT ACCEPT [0:0]".to_string(),
-        ":FORWARD DROP [0:0]".to_string(),
-        ":OUTPUT DROP [0:0]".to_string(),
-        "-A OUTPUT -o lo -j ACCEPT".to_string(),
-        // A connection the pod opened was refused by its first packet, so it never gets here.
-        "-A OUTPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT".to_string(),
-    ];
-    if family == Family::V6 {
-        // As in `plan`: the kernel's neighbour discovery, which no workload socket can send.
-        for icmp_type in [133, 135, 136] {
-            lines.push(format!(
-                "-A OUTPUT -p ipv6-icmp -m icmp6 --icmpv6-type {icmp_type} -j ACCEPT"
-            ));
-        }
-    }
-    for address in allowed {
-        match (address, family) {
-            (std::net::IpAddr::V4(a), Family::V4) => {
-                lines.push(format!("-A OUTPUT -d {a}/32 -j ACCEPT"));
-            }
-            (std::net::IpAddr::V6(a), Family::V6) => {
-                lines.push(format!("-A OUTPUT -d {a}/128 -j ACCEPT"));
-            }
-            _ => {}
-        }
-    }
     lines.push("-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset".to_string());
     lines.push("COMMIT".to_string());
     let mut text = lines.join("\n");
