@@ -372,11 +372,6 @@ impl KubeRuntime {
             .and_then(|config| String::from_utf8(config.0).ok()))
     }
 
-    /// The control token of the sidecar's current configuration, if there is one.
-    async fn current_token(&self, namespace: &str) -> Option<String> {
-        token_of(&self.current_config(namespace).await.ok()??)
-    }
-
     /// One request to the sidecar's control API, through a port-forward to its pod (the API
     /// listens on the pod's loopback only: no other pod can reach it).
     async fn control(
@@ -403,7 +398,9 @@ impl KubeRuntime {
                     "no running sidecar pod (is the environment up?)",
                 )
             })?;
-        let token = self.current_token(&namespace).await.ok_or_else(|| {
+        // A configuration that cannot be read says why; one without a token says so.
+        let config = self.current_config(&namespace).await?.unwrap_or_default();
+        let token = token_of(&config).ok_or_else(|| {
             RuntimeError::platform_failed(
                 operation.clone(),
                 "the sidecar's configuration has no token",

@@ -107,6 +107,10 @@ impl Serialize for RunCode {
     }
 }
 
+/// What AF-RUN-051's message says just before its cause: a runtime that reads a netlock step's
+/// own message (a pod's log) finds the cause after it.
+pub const NETLOCK_CAUSE_FOLLOWS: &str = "so its workload must not start: ";
+
 /// A route the containment probe tried, and what it saw.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RouteFinding {
@@ -364,7 +368,7 @@ impl RuntimeError {
                 problems.join("; ")
             ),
             RuntimeErrorKind::NetlockFailed { place, detail } => {
-                format!("netlock did not lock {place}, so its workload must not start: {detail}")
+                format!("netlock did not lock {place}, {NETLOCK_CAUSE_FOLLOWS}{detail}")
             }
             RuntimeErrorKind::PodWillNotStart {
                 workload,

@@ -19,7 +19,8 @@ mod verdict;
 pub use capability::{Capabilities, Capability};
 pub use env_values::{missing_env_values, require_env_values};
 pub use error::{
-    FindingKind, PodFailureKind, RouteFinding, RunCode, RuntimeError, RuntimeErrorKind,
+    FindingKind, NETLOCK_CAUSE_FOLLOWS, PodFailureKind, RouteFinding, RunCode, RuntimeError,
+    RuntimeErrorKind,
 };
 pub use progress::{ProgressEvent, ProgressSink, Step, run_step};
 pub use runtime::{

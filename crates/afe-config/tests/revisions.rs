@@ -279,10 +279,17 @@ fn a_known_config_has_a_known_revision_hash() {
         "apiVersion: afe.dev/v1alpha1\nkind: Schema\nmetadata: {name: job}\nspec:\n  fields: {n: integer}\n",
     )
     .unwrap();
-    let hash = hash_of(&dir);
+    let revision = Revision::of(&load_folder(&dir).unwrap_or_else(|e| panic!("{e}")));
     std::fs::remove_dir_all(&dir).unwrap();
+    // What the config means, written out: its flow and schema as written, the sandbox's
+    // defaults filled in.
     assert_eq!(
-        hash,
+        afe_config::revision::canonical_json(&revision.normalized),
+        r#"{"agents":{},"apiVersion":"afe.dev/v1alpha1","flows":{"work":{"input":"job","nodes":[{"exec":["step","1"],"id":"n1"},{"exec":["step","2"],"id":"n2","needs":["n1"]}],"sandbox":{"cpus":1.0,"egress":[],"env":[],"image":"afe-sandbox","memoryBytes":2147483648,"runtimeClassName":"runc"}}},"plugins":{},"schemas":{"job":{"schema":{"additionalProperties":false,"properties":{"n":{"type":"integer"}},"required":["n"],"type":"object"}}}}"#
+    );
+    // `printf '%s' '<the text above>' | sha256sum`, computed outside the code under test.
+    assert_eq!(
+        revision.hash,
         "152d409587df4c6f7a83705931c68ab8ef0fc2c018d37ec0709fd3739166c4a4"
     );
 }

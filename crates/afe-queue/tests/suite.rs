@@ -148,10 +148,12 @@ async fn a_wait_longer_than_half_a_second_with_nothing_to_deliver_is_none(queue:
             .unwrap()
             .is_none()
     );
-    // And one that arrives during a long wait is delivered to the waiting reader.
+    // And one that arrives during a long wait is delivered to the waiting reader. The wait is
+    // far longer than the pause before the entry: the reader returns as soon as it arrives, so
+    // its length costs nothing, and no stall of the machine can outlast it.
     let waiting = {
         let queue = queue.clone();
-        tokio::spawn(async move { queue.next("waiting", Duration::from_secs(3)).await })
+        tokio::spawn(async move { queue.next("waiting", Duration::from_secs(30)).await })
     };
     tokio::time::sleep(Duration::from_millis(800)).await;
     queue.enqueue("late").await.unwrap();

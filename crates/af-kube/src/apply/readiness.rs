@@ -202,10 +202,10 @@ pub async fn problem_error(
 /// What a failed netlock step said: the cause its AF-RUN-051 line gives (the sentence around it
 /// is the one the runtime's error says itself), else its last lines, else its exit code.
 pub fn netlock_detail(log: &str, exit_code: i32) -> String {
-    const CAUSE_AFTER: &str = "must not start: ";
+    let mark = af_runtime::NETLOCK_CAUSE_FOLLOWS;
     if let Some(cause) = log
         .lines()
-        .find_map(|line| Some(&line[line.find(CAUSE_AFTER)? + CAUSE_AFTER.len()..]))
+        .find_map(|line| Some(&line[line.find(mark)? + mark.len()..]))
     {
         return cause.trim().to_string();
     }
