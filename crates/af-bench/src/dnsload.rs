@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use af_egress::dns_wire::{TYPE_A, build_query, read_response_addresses};
+use af_wire::dns_wire::{TYPE_A, build_query, read_response_addresses};
 use tokio::net::UdpSocket;
 
 /// Which names the queries ask for.

@@ -164,7 +164,7 @@ async fn open(proxy: Option<SocketAddr>, scenario: Scenario) -> std::io::Result<
             }
         }
         stream
-            .write_all(&af_egress::client_hello::build_client_hello(Some(
+            .write_all(&af_wire::client_hello::build_client_hello(Some(
                 ORIGIN_NAME,
             )))
             .await?;

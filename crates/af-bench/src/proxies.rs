@@ -135,7 +135,7 @@ pub fn start_ours(
         .arg(&path)
         .env("RUST_LOG", "warn")
         // As the engine image starts it.
-        .envs(af_egress::PROCESS_ENVIRONMENT.iter().copied())
+        .envs(af_sidecar_api::PROCESS_ENVIRONMENT.iter().copied())
         .stdin(Stdio::null())
         .spawn()
         .context("starting af-proxy")?;

@@ -1,9 +1,9 @@
 //! Talking to the sidecar's control API from the host side: the decision log, the inbox, webhook
 //! delivery, over a TCP connection to its address on the egress network
-//! ([`af_egress::control_client`] speaks the protocol).
+//! ([`af_sidecar_api::control_client`] speaks the protocol).
 
-use af_egress::control_client;
 use af_runtime::{DecisionQuery, DecisionRecord, InboxEntry, WebhookDelivery, WebhookRequest};
+use af_sidecar_api::control_client;
 
 use crate::error::{DockerError, platform};
 use crate::sidecar::Sidecar;

@@ -79,7 +79,7 @@ pub fn is_static(binary: &[u8]) -> bool {
 /// The engine image's Dockerfile: the root filesystem, the sidecar's process environment, an
 /// unprivileged user.
 fn dockerfile() -> String {
-    let environment: String = af_egress::PROCESS_ENVIRONMENT
+    let environment: String = af_sidecar_api::PROCESS_ENVIRONMENT
         .iter()
         .map(|(name, value)| format!("ENV {name}={value}\n"))
         .collect();

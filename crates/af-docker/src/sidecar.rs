@@ -3,9 +3,11 @@
 //! the only container with a way off the host. Its control API answers only on the egress side.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use af_manifest::{EgressPolicy, EnvironmentId};
+use af_sidecar_api::SidecarConfig;
+use af_sidecar_api::config::{ControlConfig, DnsConfig, Listeners, TlsCaptureConfig};
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkingConfig,
@@ -44,26 +46,33 @@ pub async fn find(docker: &Docker, env: &EnvironmentId) -> Result<Sidecar, Docke
             .into(),
         ));
     }
-    let config = found
+    let text = found
         .config
         .and_then(|c| c.env)
         .unwrap_or_default()
         .into_iter()
-        .find_map(|v| v.strip_prefix("AF_PROXY_CONFIG_TEXT=").map(str::to_string))
-        .unwrap_or_default();
-    let field = |key: &str| {
-        config
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
-    };
-    let token = field("token:").ok_or_else(|| {
-        platform(
-            format!("reading {name}'s configuration"),
-            "no control token",
-        )
-    })?;
-    let internal_ip = field("answer_v4:")
-        .and_then(|ip| ip.parse().ok())
+        .find_map(|v| v.strip_prefix(CONFIG_VARIABLE).map(str::to_string))
+        .ok_or_else(|| {
+            platform(
+                format!("reading {name}'s configuration"),
+                format!("its container has no {CONFIG_VARIABLE}"),
+            )
+        })?;
+    let config = SidecarConfig::from_text(&text)
+        .map_err(|e| platform(format!("reading {name}'s configuration"), e))?;
+    let token = config
+        .inline_token()
+        .ok_or_else(|| {
+            platform(
+                format!("reading {name}'s configuration"),
+                "no control token",
+            )
+        })?
+        .to_string();
+    let internal_ip = config
+        .dns
+        .as_ref()
+        .and_then(|dns| dns.answer_v4)
         .ok_or_else(|| platform(format!("reading {name}'s configuration"), "no address"))?;
     let egress_ip = address_on(docker, &name, &names::egress_network(env)).await?;
     Ok(Sidecar {
@@ -94,7 +103,12 @@ pub fn host_in(subnet: &str, index: u32) -> Option<Ipv4Addr> {
     (u64::from(index) < size.saturating_sub(1)).then(|| Ipv4Addr::from(u32::from(base) + index))
 }
 
-/// The sidecar's configuration, as the file `af-proxy serve` reads.
+/// The variable the sidecar's configuration is given in (`af-proxy serve` reads it), with its `=`.
+const CONFIG_VARIABLE: &str = "AF_PROXY_CONFIG_TEXT=";
+
+/// The sidecar's configuration: every listener on all of its addresses, the control API answering
+/// only on the egress side (a connection arriving on `internal_ip`, the services' side, is closed
+/// unread), outside names resolved to `internal_ip`, webhooks to each service by name.
 pub fn config(
     env: &EnvironmentId,
     policy: &EgressPolicy,
@@ -102,37 +116,31 @@ pub fn config(
     token: &str,
     webhooks: &[(String, u16)],
     capture_ca: Option<&CaptureCa>,
-) -> Result<String, DockerError> {
-    let policy = serde_json::to_string(policy)
-        .map_err(|e| platform("writing the sidecar configuration", e))?;
+) -> SidecarConfig {
+    let any = |port: u16| SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+    let mut control = ControlConfig::inline(any(CONTROL_PORT), token.to_string());
+    control.workload_addresses = vec![IpAddr::V4(internal_ip)];
+    let mut config = SidecarConfig::new(
+        env.as_str(),
+        Listeners {
+            proxy: Some(any(PROXY_PORT)),
+            http: Some(any(80)),
+            tls: Some(any(443)),
+            dns: Some(any(DNS_PORT)),
+            smtp: vec![any(25), any(587)],
+            smtps: vec![any(465)],
+        },
+        control,
+    );
+    config.policy = policy.clone();
+    config.dns = Some(DnsConfig::answering(Some(internal_ip), None));
     // Each service with a port takes webhooks at its name, which the platform's resolver knows.
-    let webhooks: Vec<String> = webhooks
+    config.webhooks = webhooks
         .iter()
-        .map(|(service, port)| format!("{service}: \"{service}:{port}\""))
+        .map(|(service, port)| (service.clone(), format!("{service}:{port}")))
         .collect();
-    let webhooks = webhooks.join(", ");
-    let tls_capture = capture_ca.map_or(String::new(), |ca| ca.pem.sidecar_config_line());
-    Ok(format!(
-        "environment: {env}
-policy: {policy}
-listen:
-  proxy: 0.0.0.0:{PROXY_PORT}
-  http: 0.0.0.0:80
-  tls: 0.0.0.0:443
-  dns: 0.0.0.0:{DNS_PORT}
-  smtp: [0.0.0.0:25, 0.0.0.0:587]
-  smtps: [0.0.0.0:465]
-dns:
-  answer_v4: {internal_ip}
-control:
-  listen: 0.0.0.0:{CONTROL_PORT}
-  token: {token}
-  workload_addresses: [{internal_ip}]
-log:
-  path: /var/log/af/decisions.jsonl
-webhooks: {{{webhooks}}}
-{tls_capture}"
-    ))
+    config.tls_capture = capture_ca.map(|ca| TlsCaptureConfig::inline(&ca.pem));
+    config
 }
 
 /// The sidecar after [`prepare`].
@@ -225,14 +233,16 @@ pub async fn prepare(
     }
     one_shot::clear(docker, &name, env).await?;
     let internal_ip = networks::addressing(docker, internal).await?.sidecar_ip;
-    let token = af_egress::config::new_control_token()
-        .map_err(|e| platform("making the control token", e))?;
+    let token =
+        af_sidecar_api::new_control_token().map_err(|e| platform("making the control token", e))?;
     let body = ContainerCreateBody {
         image: Some(image.to_string()),
         cmd: Some(vec!["serve".to_string()]),
         env: Some(vec![format!(
-            "AF_PROXY_CONFIG_TEXT={}",
-            config(env, policy, internal_ip, &token, webhooks, capture_ca)?
+            "{CONFIG_VARIABLE}{}",
+            config(env, policy, internal_ip, &token, webhooks, capture_ca)
+                .to_text()
+                .map_err(|e| platform("writing the sidecar configuration", e))?
         )]),
         labels: Some({
             let mut labels = names::labels(env, "sidecar");
@@ -321,44 +331,55 @@ mod tests {
         assert_eq!(host_in("nonsense", 2), None);
     }
 
+    /// What the runtime writes, the sidecar reads back field for field, and accepts.
+    fn read_by_the_sidecar(config: &SidecarConfig) -> af_egress::LoadedConfig {
+        let text = config.to_text().unwrap();
+        let loaded = af_egress::parse_config(&text, std::path::Path::new("/"))
+            .unwrap_or_else(|problems| panic!("the sidecar refuses it: {problems:?}\n{text}"));
+        assert_eq!(&loaded.config, config, "{text}");
+        loaded
+    }
+
     #[test]
-    fn the_configuration_is_one_the_sidecar_accepts() {
+    fn the_configuration_round_trips_through_the_sidecars_own_parser() {
         let env = EnvironmentId::derive("shop", "main");
-        let text = config(
+        let policy = EgressPolicy {
+            allow: vec![af_manifest::parse_host_rule("api.stripe.com").unwrap()],
+            ..EgressPolicy::default()
+        };
+        let config = config(
             &env,
-            &EgressPolicy::default(),
+            &policy,
             Ipv4Addr::new(172, 20, 0, 2),
             "0123456789abcdef0123",
             &[("web".to_string(), 8080)],
             None,
-        )
-        .unwrap();
-        assert!(text.contains("workload_addresses: [172.20.0.2]"));
-        assert!(text.contains("answer_v4: 172.20.0.2"));
-        assert!(text.contains("webhooks: {web: \"web:8080\"}"), "{text}");
-        let parsed = af_egress::parse_config(&text, std::path::Path::new("/"));
-        assert!(
-            parsed.is_ok(),
-            "the sidecar must accept what the runtime writes: {parsed:?}\n{text}"
         );
-        assert!(parsed.unwrap().capture_ca.is_none());
+        let loaded = read_by_the_sidecar(&config);
+        assert_eq!(loaded.control_token, "0123456789abcdef0123");
+        assert_eq!(
+            loaded.config.control.workload_addresses,
+            [IpAddr::V4(Ipv4Addr::new(172, 20, 0, 2))]
+        );
+        assert_eq!(loaded.config.webhooks["web"], "web:8080");
+        assert!(loaded.capture_ca.is_none());
 
         let ca = CaptureCa {
             volume: "v".into(),
-            pem: af_egress::tls_capture::new_ca(env.as_str()).unwrap(),
+            pem: af_sidecar_api::new_ca(env.as_str()).unwrap(),
             with_system_store: true,
         };
-        let text = config(
+        let config = super::config(
             &env,
-            &EgressPolicy::default(),
+            &policy,
             Ipv4Addr::new(172, 20, 0, 2),
             "0123456789abcdef0123",
             &[],
             Some(&ca),
-        )
-        .unwrap();
-        let parsed = af_egress::parse_config(&text, std::path::Path::new("/"))
-            .unwrap_or_else(|problems| panic!("{problems:?}\n{text}"));
-        assert!(parsed.capture_ca.is_some(), "the sidecar loads the CA");
+        );
+        assert!(
+            read_by_the_sidecar(&config).capture_ca.is_some(),
+            "the sidecar loads the CA"
+        );
     }
 }

@@ -5,7 +5,10 @@
 //! can leave the machine, which is the point: tests never aim at real outside addresses.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use af_sidecar_api::SidecarConfig;
+use af_sidecar_api::config::{ControlConfig, DnsConfig, Listeners, LogConfig};
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig,
@@ -73,10 +76,28 @@ const SERVER_CONTROL_PORT: u16 = 9901;
 /// The sidecar program's configuration for a [`Program::Server`] host. Its counters
 /// (`af_egress_connections_total`, `af_egress_dns_queries_total`) count every TCP connection and
 /// DNS query that reaches it: where a route is judged ([`OutsideHost::arrivals`]).
-fn server_config(any: &str) -> String {
-    format!(
-        "environment: outside\npolicy: {{}}\nlisten: {{proxy: '{any}:3128', dns: 0.0.0.0:53, smtp: ['{any}:853']}}\ndns: {{answer_v4: 203.0.113.10}}\ncontrol: {{listen: '0.0.0.0:{SERVER_CONTROL_PORT}', token: {SERVER_TOKEN}}}\nlog: {{path: /tmp/decisions.jsonl}}\n"
-    )
+fn server_config(any: IpAddr) -> Result<String, DockerError> {
+    let mut config = SidecarConfig::new(
+        "outside",
+        Listeners {
+            proxy: Some(SocketAddr::new(any, 3128)),
+            dns: Some(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 53))),
+            smtp: vec![SocketAddr::new(any, 853)],
+            ..Listeners::default()
+        },
+        ControlConfig::inline(
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, SERVER_CONTROL_PORT)),
+            SERVER_TOKEN.to_string(),
+        ),
+    );
+    config.dns = Some(DnsConfig::answering(
+        Some(Ipv4Addr::new(203, 0, 113, 10)),
+        None,
+    ));
+    config.log = LogConfig::at("/tmp/decisions.jsonl");
+    config
+        .to_text()
+        .map_err(|e| platform("writing the outside host's configuration", e))
 }
 
 /// What reached a [`Program::Server`] host: TCP connections accepted (on 3128 and 853) and DNS
@@ -161,17 +182,21 @@ impl OutsideHost {
             .await
             .map_err(|e| platform(format!("creating the test network {network}"), e))?;
         // `[::]` listens on both families (Linux's default for a v6 socket without V6ONLY).
-        let any = if spec.v6.is_some() { "[::]" } else { "0.0.0.0" };
+        let any = if spec.v6.is_some() {
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        };
         let cmd = match spec.program {
             Program::Server => vec![
                 "serve".to_string(),
                 "--config-text".to_string(),
-                server_config(any),
+                server_config(any)?,
             ],
             Program::Origin => vec![
                 "agent".to_string(),
                 "--listen".to_string(),
-                format!("{any}:8080"),
+                SocketAddr::new(any, 8080).to_string(),
             ],
         };
         let body = ContainerCreateBody {
@@ -249,7 +274,7 @@ impl OutsideHost {
             .await
             .map_err(|e| format!("the outside host's counters at {address}: {e}"))?;
         let (_, metrics) =
-            af_egress::control_client::request(stream, SERVER_TOKEN, "GET", "/metrics", "")
+            af_sidecar_api::control_client::request(stream, SERVER_TOKEN, "GET", "/metrics", "")
                 .await
                 .map_err(|e| format!("the outside host's counters at {address}: {e}"))?;
         Ok(Arrivals::from_metrics(&metrics))

@@ -93,7 +93,7 @@ async fn create(
     engine_image: &str,
     volume: String,
 ) -> Result<CaptureCa, DockerError> {
-    let pem = af_egress::tls_capture::new_ca(env.as_str())
+    let pem = af_sidecar_api::new_ca(env.as_str())
         .map_err(|e| platform("making the environment's capture CA", e))?;
     let system = capture_trust::system_bundle();
     let mut labels = names::labels(env, "trust-volume");

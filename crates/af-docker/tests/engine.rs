@@ -444,7 +444,7 @@ async fn engine_image_processes_start_with_the_sidecars_process_environment() {
         .split(|b| *b == 0)
         .map(|v| String::from_utf8_lossy(v).into_owned())
         .collect();
-    for (name, value) in af_egress::PROCESS_ENVIRONMENT {
+    for (name, value) in af_sidecar_api::PROCESS_ENVIRONMENT {
         assert!(
             variables.contains(&format!("{name}={value}")),
             "{name}={value} missing from {variables:?}"

@@ -14,13 +14,9 @@
 //! The same code serves an `af` environment's sidecar and, with only the proxy listener on
 //! 127.0.0.1:3128, an `afe` ticket pod's allowlist proxy.
 
-/// The environment every sidecar process starts with, set by the engine image (and so in every
-/// container of it, on Docker and on Kubernetes) and by the benchmark that measures it: one
-/// malloc arena. glibc gives each thread that allocates an arena of its own, and with two tokio
-/// workers the heap grows in two; one arena took 0.6 MiB (a fifteenth) off the peak of 64
-/// keep-alive clients with no loss of requests/s (docs/performance.md). A container that sets
-/// the variable itself overrides it.
-pub const PROCESS_ENVIRONMENT: &[(&str, &str)] = &[("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")];
+pub use af_sidecar_api::PROCESS_ENVIRONMENT;
+/// The wire formats the sidecar serves, shared with the probe (af-guard) through af-wire.
+pub use af_wire::{client_hello, dns_wire};
 
 mod accept;
 pub mod address;
@@ -28,16 +24,13 @@ mod answer_cache;
 mod body;
 mod budget;
 mod chunked;
-pub mod client_hello;
 pub mod config;
 mod context;
 mod control;
-pub mod control_client;
 pub mod decision_log;
 mod dial;
 mod dns;
 mod dns_forward;
-pub mod dns_wire;
 mod http_proxy;
 pub mod inbox;
 mod metrics;

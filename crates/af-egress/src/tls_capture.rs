@@ -14,14 +14,12 @@ use std::task::{Context, Poll};
 
 use af_manifest::CannedResponse;
 use af_runtime::Verdict;
-use af_runtime::capture_trust::CaptureCaPem;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 use rustls::ServerConfig;
 use rustls::client::danger::ServerCertVerifier;
@@ -56,39 +54,6 @@ impl std::fmt::Debug for CaptureCa {
         // Never the key.
         f.debug_struct("CaptureCa").finish_non_exhaustive()
     }
-}
-
-/// A new capture CA for `environment`. Each runtime makes one per environment, keeps it for the
-/// environment's life (services trust it), gives the key to the sidecar only and the certificate
-/// to the services.
-pub fn new_ca(environment: &str) -> Result<CaptureCaPem, String> {
-    let key = KeyPair::generate().map_err(|e| format!("making the capture CA's key: {e}"))?;
-    let certificate = ca_params(environment)
-        .self_signed(&key)
-        .map_err(|e| format!("signing the capture CA: {e}"))?;
-    Ok(CaptureCaPem {
-        cert: certificate.pem(),
-        key: key.serialize_pem(),
-    })
-}
-
-fn ca_params(environment: &str) -> CertificateParams {
-    let mut params = CertificateParams::default();
-    params
-        .distinguished_name
-        .push(DnType::OrganizationName, "Antifailure");
-    params.distinguished_name.push(
-        DnType::CommonName,
-        format!("af egress capture CA for {environment}"),
-    );
-    // It signs end-entity certificates only.
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params
 }
 
 impl CaptureCa {
@@ -376,7 +341,8 @@ mod tests {
 
     #[test]
     fn a_new_ca_loads_and_mints_certificates_for_names_and_addresses() {
-        let CaptureCaPem { cert, key } = new_ca("shop-main").unwrap();
+        let af_sidecar_api::CaptureCaPem { cert, key } =
+            af_sidecar_api::new_ca("shop-main").unwrap();
         assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"), "{cert}");
         let ca = CaptureCa::load(&cert, &key).unwrap();
         let first = ca.server_config("API.Payments.test").unwrap();
@@ -392,8 +358,8 @@ mod tests {
 
     #[test]
     fn a_certificate_and_a_key_that_are_not_a_pair_are_refused() {
-        let cert = new_ca("one").unwrap().cert;
-        let other_key = new_ca("two").unwrap().key;
+        let cert = af_sidecar_api::new_ca("one").unwrap().cert;
+        let other_key = af_sidecar_api::new_ca("two").unwrap().key;
         let err = CaptureCa::load(&cert, &other_key).unwrap_err();
         assert!(err.contains("are they a pair"), "{err}");
         let err = CaptureCa::load("not a certificate", &other_key).unwrap_err();

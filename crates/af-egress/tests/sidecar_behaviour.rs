@@ -1436,8 +1436,7 @@ async fn read_reply(stream: &mut TcpStream) -> String {
 
 /// A fresh capture CA written to files, and the sidecar configuration line that names them.
 fn capture_ca(name: &str) -> (String, String) {
-    let af_runtime::capture_trust::CaptureCaPem { cert, key } =
-        af_egress::tls_capture::new_ca("test-env").unwrap();
+    let af_sidecar_api::CaptureCaPem { cert, key } = af_sidecar_api::new_ca("test-env").unwrap();
     let dir = std::env::temp_dir().join(format!("af-egress-ca-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("ca.pem"), &cert).unwrap();

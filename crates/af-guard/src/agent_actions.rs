@@ -106,7 +106,7 @@ pub fn connect_and_hello(request: &ConnectRequest) -> Value {
         if status != 200 {
             return Ok(json!({"connect_status": status}));
         }
-        stream.write_all(&af_egress::client_hello::build_client_hello(Some(
+        stream.write_all(&af_wire::client_hello::build_client_hello(Some(
             &request.sni,
         )))?;
         let mut buffer = [0u8; 256];
@@ -134,13 +134,13 @@ pub struct DnsRequest {
 /// One DNS question; `{"rcode", "addresses"}` or `{"error"}`.
 pub fn ask_dns(request: &DnsRequest) -> Value {
     let id = (std::process::id() as u16).wrapping_mul(31) ^ request.qtype;
-    let query = af_egress::dns_wire::build_query(id, &request.name, request.qtype);
+    let query = af_wire::dns_wire::build_query(id, &request.name, request.qtype);
     let answer = if request.tcp {
         dns_over_tcp(&request.server, &query)
     } else {
         dns_over_udp(&request.server, &query)
     };
-    match answer.map(|bytes| af_egress::dns_wire::read_response_addresses(&bytes)) {
+    match answer.map(|bytes| af_wire::dns_wire::read_response_addresses(&bytes)) {
         Ok(Some((rcode, addresses))) => json!({"rcode": rcode, "addresses": addresses}),
         Ok(None) => failed("an answer that is not a DNS response"),
         Err(err) => failed(format!("{}: {err}", request.server)),

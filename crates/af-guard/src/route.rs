@@ -164,7 +164,7 @@ fn attempt(kind: &RouteKind, timeout: Duration) -> io::Result<String> {
             let id = (std::process::id() as u16) ^ 0x5a5a;
             let answer = datagram(
                 *addr,
-                &af_egress::dns_wire::build_query(id, "probe.antifailure.invalid", 1),
+                &af_wire::dns_wire::build_query(id, "probe.antifailure.invalid", 1),
                 timeout,
             )?;
             if answer.len() >= 2 && answer[..2] == id.to_be_bytes() {

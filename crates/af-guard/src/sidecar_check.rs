@@ -45,7 +45,7 @@ impl SidecarTarget {
                 let socket = UdpSocket::bind(bind)?;
                 socket.connect(dns)?;
                 socket.set_read_timeout(Some(timeout))?;
-                socket.send(&af_egress::dns_wire::build_query(
+                socket.send(&af_wire::dns_wire::build_query(
                     0x6a7e,
                     "gate.antifailure.invalid",
                     1,

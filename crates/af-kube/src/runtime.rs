@@ -16,6 +16,7 @@ use af_runtime::{
     LogStream, ProgressEvent, ProgressSink, Runtime, RuntimeError, RuntimeErrorKind, ServiceStatus,
     Step, UpReport,
 };
+use af_sidecar_api::SidecarConfig;
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
@@ -399,8 +400,15 @@ impl KubeRuntime {
                 )
             })?;
         // A configuration that cannot be read says why; one without a token says so.
-        let config = self.current_config(&namespace).await?.unwrap_or_default();
-        let token = token_of(&config).ok_or_else(|| {
+        let text = self.current_config(&namespace).await?.ok_or_else(|| {
+            RuntimeError::platform_failed(
+                operation.clone(),
+                "the sidecar has no configuration Secret (is the environment up?)",
+            )
+        })?;
+        let config = SidecarConfig::from_text(&text)
+            .map_err(|e| RuntimeError::platform_failed(operation.clone(), e))?;
+        let token = config.inline_token().map(str::to_string).ok_or_else(|| {
             RuntimeError::platform_failed(
                 operation.clone(),
                 "the sidecar's configuration has no token",
@@ -415,7 +423,8 @@ impl KubeRuntime {
             .ok_or_else(|| {
                 RuntimeError::platform_failed(operation.clone(), "the port-forward gave no stream")
             })?;
-        let answer = af_egress::control_client::request(stream, &token, method, path, body).await;
+        let answer =
+            af_sidecar_api::control_client::request(stream, &token, method, path, body).await;
         forward.abort();
         answer
             .map(|(_, body)| body)
@@ -491,14 +500,6 @@ fn render_failure(capabilities: &Capabilities, e: RenderError) -> RuntimeError {
         }
         .into(),
     }
-}
-
-/// The control token in a sidecar configuration's text.
-fn token_of(config: &str) -> Option<String> {
-    config
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("token: "))
-        .map(|token| token.trim_matches('"').to_string())
 }
 
 #[async_trait]
@@ -618,19 +619,26 @@ impl Runtime for KubeRuntime {
         }
         // The token and the capture CA the sidecar already has are kept: a new token would replace
         // the sidecar every up, a new CA every service (they trust the one they were given).
-        let current = self.current_config(&name).await?.unwrap_or_default();
-        let token = match token_of(&current) {
-            Some(token) => token,
-            None => af_egress::config::new_control_token()
+        // A configuration af wrote that no longer reads is one the sidecar cannot serve either:
+        // it is replaced whole.
+        let current = self
+            .current_config(&name)
+            .await?
+            .and_then(|text| SidecarConfig::from_text(&text).ok());
+        let token = match current.as_ref().and_then(SidecarConfig::inline_token) {
+            Some(token) => token.to_string(),
+            None => af_sidecar_api::new_control_token()
                 .map_err(|e| RuntimeError::platform_failed("making the control token", e))?,
         };
         let capture_ca = if environment.manifest.egress.needs_capture_ca() {
-            Some(match af_egress::config::inline_capture_ca(&current) {
-                Some(ca) => ca,
-                None => af_egress::tls_capture::new_ca(environment.id.as_str()).map_err(|e| {
-                    RuntimeError::platform_failed("making the environment's capture CA", e)
-                })?,
-            })
+            Some(
+                match current.as_ref().and_then(SidecarConfig::inline_capture_ca) {
+                    Some(ca) => ca,
+                    None => af_sidecar_api::new_ca(environment.id.as_str()).map_err(|e| {
+                        RuntimeError::platform_failed("making the environment's capture CA", e)
+                    })?,
+                },
+            )
         } else {
             None
         };
@@ -896,15 +904,15 @@ impl Runtime for KubeRuntime {
         id: &EnvironmentId,
         query: &af_runtime::DecisionQuery,
     ) -> Result<Vec<af_runtime::DecisionRecord>, RuntimeError> {
-        let path = af_egress::control_client::decisions_path(query);
+        let path = af_sidecar_api::control_client::decisions_path(query);
         let body = self.control(id, "GET", &path, "").await?;
-        af_egress::control_client::read_decisions(&body)
+        af_sidecar_api::control_client::read_decisions(&body)
             .map_err(|e| RuntimeError::platform_failed("reading the decision log", e))
     }
 
     async fn inbox(&self, id: &EnvironmentId) -> Result<Vec<af_runtime::InboxEntry>, RuntimeError> {
         let body = self.control(id, "GET", "/v1/inbox", "").await?;
-        af_egress::control_client::read_inbox(&body)
+        af_sidecar_api::control_client::read_inbox(&body)
             .map_err(|e| RuntimeError::platform_failed("reading the inbox", e))
     }
 
@@ -916,7 +924,7 @@ impl Runtime for KubeRuntime {
         let body = serde_json::to_string(request)
             .map_err(|e| RuntimeError::platform_failed("writing the webhook", e))?;
         let answer = self.control(id, "POST", "/v1/webhooks", &body).await?;
-        af_egress::control_client::read_delivery(&answer)
+        af_sidecar_api::control_client::read_delivery(&answer)
             .map_err(|e| RuntimeError::platform_failed("reading the webhook's delivery", e))
     }
 

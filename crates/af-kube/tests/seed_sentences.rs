@@ -394,13 +394,29 @@ fn the_control_api_is_published_to_nobody() {
 }
 
 /// The configuration the Secret carries is one the sidecar accepts (a sidecar that cannot load it
-/// serves nothing).
+/// serves nothing), read by the sidecar's own parser as the typed configuration the runtime
+/// wrote, which writes the same text again.
 #[test]
 fn the_sidecar_accepts_its_rendered_configuration() {
-    let objects = rendered(&shop());
-    let config = objects.sidecar_config.string_data.clone().unwrap()["config.yaml"].clone();
-    let loaded = af_egress::parse_config(&config, std::path::Path::new("/"));
-    assert!(loaded.is_ok(), "{loaded:?}\n{config}");
+    let manifest = shop();
+    let objects = rendered(&manifest);
+    let text = objects.sidecar_config.string_data.clone().unwrap()["config.yaml"].clone();
+    let loaded = af_egress::parse_config(&text, std::path::Path::new("/"))
+        .unwrap_or_else(|problems| panic!("{problems:?}\n{text}"));
+    let written = af_sidecar_api::SidecarConfig::from_text(&text).unwrap();
+    assert_eq!(loaded.config, written);
+    assert_eq!(written.to_text().unwrap(), text);
+    assert_eq!(loaded.control_token, support::TOKEN);
+    assert_eq!(loaded.config.policy, manifest.egress);
+    let dns = loaded.config.dns.as_ref().unwrap();
+    assert_eq!(dns.internal_names, ["report", "web", "worker"]);
+    assert_eq!(dns.answer_v4, Some(support::SIDECAR_IP.parse().unwrap()));
+    assert_eq!(
+        loaded.config.control.listen,
+        "127.0.0.1:9901".parse().unwrap(),
+        "the control API on the pod's loopback only"
+    );
+    assert_eq!(loaded.config.webhooks["web"], "web:8080");
 }
 
 /// "Secret values never appear": a `from_env` value is read from a Secret filled when applied.

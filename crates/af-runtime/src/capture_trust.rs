@@ -6,32 +6,8 @@
 //! variable the manifest sets for a service is left as the manifest says.
 
 /// An environment's capture CA as text: the certificate (for the services) and the key (for the
-/// sidecar only).
-#[derive(Clone, PartialEq, Eq)]
-pub struct CaptureCaPem {
-    pub cert: String,
-    pub key: String,
-}
-
-impl std::fmt::Debug for CaptureCaPem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the key.
-        f.debug_struct("CaptureCaPem")
-            .field("cert", &self.cert)
-            .finish_non_exhaustive()
-    }
-}
-
-impl CaptureCaPem {
-    /// The `tls_capture` line of a sidecar's configuration: each PEM as one JSON (so YAML) string.
-    pub fn sidecar_config_line(&self) -> String {
-        format!(
-            "tls_capture: {{ca_cert: {}, ca_key: {}}}\n",
-            serde_json::Value::from(self.cert.as_str()),
-            serde_json::Value::from(self.key.as_str())
-        )
-    }
-}
+/// sidecar only). Made by [`af_sidecar_api::new_ca`].
+pub use af_sidecar_api::CaptureCaPem;
 
 /// Where the files are mounted in every application and migration container.
 pub const TRUST_DIR: &str = "/etc/af";
@@ -122,19 +98,6 @@ mod tests {
                 ("NODE_EXTRA_CA_CERTS", "/etc/af/capture-ca.pem".to_string()),
                 ("AF_CAPTURE_CA", "/etc/af/capture-ca.pem".to_string()),
             ]
-        );
-    }
-
-    #[test]
-    fn the_key_never_shows_in_debug_output() {
-        let pem = CaptureCaPem {
-            cert: "CERT".into(),
-            key: "SECRET KEY".into(),
-        };
-        assert!(!format!("{pem:?}").contains("SECRET"));
-        assert_eq!(
-            pem.sidecar_config_line(),
-            "tls_capture: {ca_cert: \"CERT\", ca_key: \"SECRET KEY\"}\n"
         );
     }
 

@@ -13,9 +13,12 @@ mod env_values;
 mod error;
 mod progress;
 mod runtime;
-mod sidecar;
 mod verdict;
 
+pub use af_sidecar_api::records::{
+    CapturedItem, DecisionQuery, DecisionRecord, InboxEntry, Verdict, WebhookDelivery,
+    WebhookRequest,
+};
 pub use capability::{Capabilities, Capability};
 pub use env_values::{missing_env_values, require_env_values};
 pub use error::{
@@ -26,10 +29,6 @@ pub use progress::{ProgressEvent, ProgressSink, Step, run_step};
 pub use runtime::{
     ContainmentSummary, Environment, EnvironmentStatus, LogLine, LogStream, Runtime, ServiceStatus,
     UpReport,
-};
-pub use sidecar::{
-    CapturedItem, DecisionQuery, DecisionRecord, InboxEntry, Verdict, WebhookDelivery,
-    WebhookRequest,
 };
 pub use verdict::{gate_refusal, judge_probe};
 

@@ -11,7 +11,9 @@ use serde::Serialize;
 use crate::capability::{Capabilities, Capability};
 use crate::error::RuntimeError;
 use crate::progress::ProgressSink;
-use crate::sidecar::{DecisionQuery, DecisionRecord, InboxEntry, WebhookDelivery, WebhookRequest};
+use af_sidecar_api::records::{
+    DecisionQuery, DecisionRecord, InboxEntry, WebhookDelivery, WebhookRequest,
+};
 
 /// An environment to bring up: a validated manifest under a derived id.
 #[derive(Clone, Debug)]

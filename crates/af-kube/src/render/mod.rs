@@ -280,7 +280,7 @@ pub fn render(input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
         policies: network_policy::all(input, &namespace_name),
         probe: probe_pod::probe(input, &namespace_name),
         sidecar_service: service::sidecar(input, &namespace_name),
-        sidecar_config: secret::sidecar_config(input, &namespace_name, &config_text),
+        sidecar_config: secret::sidecar_config_secret(input, &namespace_name, &config_text),
         sidecar: deployment::sidecar(input, &namespace_name, &config_text),
         service_env: secret::service_env(input, &namespace_name),
         capture_trust: trust::config_map(input, &namespace_name),

@@ -3,9 +3,11 @@
 //! af's environment (`from_env`), which are filled when applied and never rendered.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use af_manifest::EnvValue;
+use af_sidecar_api::SidecarConfig;
+use af_sidecar_api::config::{ControlConfig, DnsConfig, Listeners, TlsCaptureConfig};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -17,76 +19,67 @@ pub const CONFIG_KEY: &str = "config.yaml";
 /// Lists the keys a [`SERVICE_ENV`] Secret gets when applied.
 pub const FILLED_FROM_ANNOTATION: &str = "dev.antifailure.filled-from";
 
-/// The sidecar's configuration file.
+/// The sidecar's configuration: every listener on all of the pod's addresses, outside names
+/// resolved to the sidecar Service's ClusterIP, the environment's own names (its services, and
+/// anything in its namespace) forwarded to the cluster's resolver, webhooks to each service by
+/// name. The control API listens on the pod's loopback only: it is reached through a port-forward
+/// to this pod, never from another pod.
+pub fn sidecar_config(input: &RenderInput<'_>, namespace: &str) -> SidecarConfig {
+    let any = |port: u16| SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+    let mut config = SidecarConfig::new(
+        input.env.as_str(),
+        Listeners {
+            proxy: Some(any(ports::PROXY)),
+            http: Some(any(ports::HTTP)),
+            tls: Some(any(ports::TLS)),
+            dns: Some(any(ports::DNS)),
+            smtp: ports::SMTP.into_iter().map(any).collect(),
+            smtps: vec![any(ports::SMTPS)],
+        },
+        ControlConfig::inline(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, ports::CONTROL)),
+            input.control_token.to_string(),
+        ),
+    );
+    config.policy = input.manifest.egress.clone();
+    let (answer_v4, answer_v6) = match input.sidecar_ip {
+        IpAddr::V4(ip) => (Some(ip), None),
+        IpAddr::V6(ip) => (None, Some(ip)),
+    };
+    config.dns = Some(DnsConfig {
+        internal_names: input.manifest.services.keys().cloned().collect(),
+        internal_suffixes: vec![format!("{namespace}.svc.{}", input.cluster.domain)],
+        upstream: Some(input.cluster.dns),
+        ..DnsConfig::answering(answer_v4, answer_v6)
+    });
+    // Each service with a port takes webhooks at its name, which the cluster's resolver knows.
+    config.webhooks = input
+        .manifest
+        .services
+        .values()
+        .filter_map(|s| {
+            s.port
+                .map(|port| (s.name.clone(), format!("{}:{port}", s.name)))
+        })
+        .collect();
+    config.tls_capture = input
+        .capture
+        .map(|capture| TlsCaptureConfig::inline(capture.ca));
+    config
+}
+
+/// The sidecar's configuration file ([`sidecar_config`] as text).
 pub fn sidecar_config_text(
     input: &RenderInput<'_>,
     namespace: &str,
 ) -> Result<String, RenderError> {
-    // Never a stand-in: `{}` would be a policy the manifest did not write.
-    let policy = serde_json::to_string(&input.manifest.egress)
-        .map_err(|e| RenderError::Unserializable(format!("the egress policy: {e}")))?;
-    let answer = match input.sidecar_ip {
-        IpAddr::V4(ip) => format!("answer_v4: {ip}"),
-        IpAddr::V6(ip) => format!("answer_v6: \"{ip}\""),
-    };
-    // Each service with a port takes webhooks at its name, which the cluster's resolver knows.
-    let webhooks: Vec<String> = input
-        .manifest
-        .services
-        .values()
-        .filter_map(|s| s.port.map(|port| format!("{0}: \"{0}:{port}\"", s.name)))
-        .collect();
-    let internal_names: Vec<String> = input
-        .manifest
-        .services
-        .keys()
-        .map(|name| format!("{name:?}"))
-        .collect();
-    Ok(format!(
-        "environment: {env}
-policy: {policy}
-listen:
-  proxy: 0.0.0.0:{proxy}
-  http: 0.0.0.0:{http}
-  tls: 0.0.0.0:{tls}
-  dns: 0.0.0.0:{dns}
-  smtp: [0.0.0.0:{smtp0}, 0.0.0.0:{smtp1}]
-  smtps: [0.0.0.0:{smtps}]
-dns:
-  {answer}
-  internal_names: [{names}]
-  internal_suffixes: [\"{namespace}.svc.{domain}\"]
-  upstream: \"{upstream}\"
-control:
-  # Loopback only: reached through a port-forward to this pod, never from another pod.
-  listen: 127.0.0.1:{control}
-  token: \"{token}\"
-log:
-  path: /var/log/af/decisions.jsonl
-webhooks: {{{webhooks}}}
-{tls_capture}",
-        env = input.env,
-        proxy = ports::PROXY,
-        http = ports::HTTP,
-        tls = ports::TLS,
-        dns = ports::DNS,
-        smtp0 = ports::SMTP[0],
-        smtp1 = ports::SMTP[1],
-        smtps = ports::SMTPS,
-        names = internal_names.join(", "),
-        domain = input.cluster.domain,
-        upstream = input.cluster.dns,
-        control = ports::CONTROL,
-        token = input.control_token,
-        webhooks = webhooks.join(", "),
-        tls_capture = input
-            .capture
-            .map_or(String::new(), |capture| capture.ca.sidecar_config_line()),
-    ))
+    sidecar_config(input, namespace)
+        .to_text()
+        .map_err(|e| RenderError::Unserializable(e.to_string()))
 }
 
 /// The sidecar's configuration Secret, around `text` ([`sidecar_config_text`]).
-pub fn sidecar_config(input: &RenderInput<'_>, namespace: &str, text: &str) -> Secret {
+pub fn sidecar_config_secret(input: &RenderInput<'_>, namespace: &str, text: &str) -> Secret {
     Secret {
         metadata: super::meta(input, namespace, SIDECAR_CONFIG),
         string_data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), text.to_string())])),

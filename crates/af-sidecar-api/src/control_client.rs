@@ -1,10 +1,11 @@
 //! A client of the sidecar's control API, over any byte stream: a TCP connection to its address on
 //! the egress network (Docker), or a port-forward to its pod (Kubernetes). Plain HTTP/1.1 with the
-//! environment's bearer token; errors are sentences, for the runtime to wrap in its own.
+//! environment's bearer token. Errors are typed ([`ControlError`]) and say themselves as sentences
+//! the runtime wraps in its own.
 
 use std::time::Duration;
 
-use af_runtime::{DecisionQuery, DecisionRecord, InboxEntry, WebhookDelivery};
+use crate::records::{DecisionQuery, DecisionRecord, InboxEntry, WebhookDelivery};
 use http::{Method, Request, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -14,6 +15,26 @@ use tokio::io::{AsyncRead, AsyncWrite};
 /// answers from memory and from the decision log's file, well inside it.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Why a control request got no usable answer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ControlError {
+    /// The request could not be written (a method or path HTTP cannot carry): af's own fault.
+    #[error("building the request: {0}")]
+    Request(String),
+    /// The connection failed or closed before the answer was whole.
+    #[error("{0}")]
+    Connection(String),
+    /// Nothing whole came back in time.
+    #[error("no answer within {} s", .0.as_secs())]
+    Timeout(Duration),
+    /// The sidecar answered with an error status.
+    #[error("{status}: {body}")]
+    Status { status: u16, body: String },
+    /// The answer's body is not what the endpoint returns.
+    #[error("{0}")]
+    Unreadable(String),
+}
+
 /// One request over `stream`, answered whole: the status and the body. A status of 400 or more is
 /// an error carrying the body. HTTP/1.1 through hyper's client, bounded by [`REQUEST_TIMEOUT`].
 pub async fn request<S>(
@@ -22,7 +43,7 @@ pub async fn request<S>(
     method: &str,
     path: &str,
     body: &str,
-) -> Result<(u16, String), String>
+) -> Result<(u16, String), ControlError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -37,11 +58,12 @@ pub async fn request_within<S>(
     path: &str,
     body: &str,
     timeout: Duration,
-) -> Result<(u16, String), String>
+) -> Result<(u16, String), ControlError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let method = Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
+    let method =
+        Method::from_bytes(method.as_bytes()).map_err(|e| ControlError::Request(e.to_string()))?;
     let request = Request::builder()
         .method(method)
         .uri(path)
@@ -49,32 +71,35 @@ where
         .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::CONTENT_TYPE, "application/json")
         .body(Full::new(bytes::Bytes::from(body.to_string())))
-        .map_err(|e| format!("building the request: {e}"))?;
+        .map_err(|e| ControlError::Request(e.to_string()))?;
     let exchange = async {
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ControlError::Connection(e.to_string()))?;
         let driving = tokio::spawn(connection);
         let response = sender
             .send_request(request)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ControlError::Connection(e.to_string()))?;
         let status = response.status().as_u16();
         // The whole body first, then text: a chunk boundary may fall inside a character.
         let bytes = response
             .into_body()
             .collect()
             .await
-            .map_err(|e| format!("reading the answer: {e}"))?
+            .map_err(|e| ControlError::Connection(format!("reading the answer: {e}")))?
             .to_bytes();
         driving.abort();
-        Ok::<_, String>((status, String::from_utf8_lossy(&bytes).into_owned()))
+        Ok::<_, ControlError>((status, String::from_utf8_lossy(&bytes).into_owned()))
     };
     let (status, body) = tokio::time::timeout(timeout, exchange)
         .await
-        .map_err(|_| format!("no answer within {} s", timeout.as_secs()))??;
+        .map_err(|_| ControlError::Timeout(timeout))??;
     if status >= 400 {
-        return Err(format!("{status}: {}", body.trim()));
+        return Err(ControlError::Status {
+            status,
+            body: body.trim().to_string(),
+        });
     }
     Ok((status, body))
 }
@@ -119,21 +144,26 @@ pub fn decisions_path(query: &DecisionQuery) -> String {
 }
 
 /// The decisions of a `/v1/decisions` body (JSON lines).
-pub fn read_decisions(body: &str) -> Result<Vec<DecisionRecord>, String> {
+pub fn read_decisions(body: &str) -> Result<Vec<DecisionRecord>, ControlError> {
     body.lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).map_err(|e| format!("reading the decision log: {e}")))
+        .map(|l| {
+            serde_json::from_str(l)
+                .map_err(|e| ControlError::Unreadable(format!("reading the decision log: {e}")))
+        })
         .collect()
 }
 
 /// The entries of a `/v1/inbox` body.
-pub fn read_inbox(body: &str) -> Result<Vec<InboxEntry>, String> {
-    serde_json::from_str(body).map_err(|e| format!("reading the inbox: {e}"))
+pub fn read_inbox(body: &str) -> Result<Vec<InboxEntry>, ControlError> {
+    serde_json::from_str(body)
+        .map_err(|e| ControlError::Unreadable(format!("reading the inbox: {e}")))
 }
 
 /// The answer of a `/v1/webhooks` delivery.
-pub fn read_delivery(body: &str) -> Result<WebhookDelivery, String> {
-    serde_json::from_str(body).map_err(|e| format!("reading the webhook's delivery: {e}"))
+pub fn read_delivery(body: &str) -> Result<WebhookDelivery, ControlError> {
+    serde_json::from_str(body)
+        .map_err(|e| ControlError::Unreadable(format!("reading the webhook's delivery: {e}")))
 }
 
 #[cfg(test)]
@@ -175,7 +205,8 @@ mod tests {
         let err = request_within(ours, "t", "GET", "/v1/inbox", "", Duration::from_millis(50))
             .await
             .unwrap_err();
-        assert!(err.contains("no answer within"), "{err}");
+        assert_eq!(err, ControlError::Timeout(Duration::from_millis(50)));
+        assert!(err.to_string().starts_with("no answer within"), "{err}");
     }
 
     #[tokio::test]
@@ -185,14 +216,14 @@ mod tests {
         let err = request(ours, "t", "GET", "/v1/inbox", "")
             .await
             .unwrap_err();
-        assert_eq!(err, "401: bad token");
+        assert_eq!(err.to_string(), "401: bad token");
     }
 
     #[test]
     fn queries_become_paths() {
         assert_eq!(decisions_path(&DecisionQuery::default()), "/v1/decisions");
         let query = DecisionQuery {
-            verdict: Some(af_runtime::Verdict::Deny),
+            verdict: Some(crate::records::Verdict::Deny),
             host: Some("a.example".into()),
             since: None,
         };
