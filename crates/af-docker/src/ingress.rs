@@ -3,10 +3,8 @@
 //! service's instances. It is on the egress network (to publish) and the services' network (to
 //! reach them); the services themselves still have no route out.
 
-use std::collections::HashMap;
-
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use bollard::models::ContainerCreateBody;
 
 use crate::error::{DockerError, platform};
 use crate::service::Placement;
@@ -27,58 +25,51 @@ pub async fn start(
     port: u16,
     instances: &[String],
 ) -> Result<(String, bool), DockerError> {
-    let (env, image, internal) = (at.env, at.engine_image, at.internal);
-    let name = names::container(env, &role(service));
-    let targets: Vec<String> = instances.iter().map(|ip| format!("{ip}:{port}")).collect();
-    let spec = names::spec_digest(&[
-        image,
-        internal,
-        egress,
-        &port.to_string(),
-        &targets.join(","),
-    ]);
+    let (env, internal) = (at.env, at.internal);
+    let (name, body) = body(at, egress, service, port, instances);
+    let spec = body
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(names::SPEC_LABEL))
+        .cloned()
+        .unwrap_or_default();
     if one_shot::running_with_spec(docker, &name, env, &spec).await? {
         return Ok((url(docker, &name, port).await?, false));
     }
     one_shot::clear(docker, &name, env).await?;
-    let mut args = vec![
-        "relay".to_string(),
-        "--listen".to_string(),
-        format!("0.0.0.0:{port}"),
-    ];
-    for target in &targets {
-        args.extend(["--to".to_string(), target.clone()]);
-    }
-    let exposed = format!("{port}/tcp");
-    let body = ContainerCreateBody {
-        image: Some(image.to_string()),
-        cmd: Some(args),
-        exposed_ports: Some(vec![exposed.clone()]),
-        labels: Some({
-            let mut labels = names::labels(env, &role(service));
-            labels.insert(names::SPEC_LABEL.to_string(), spec);
-            labels.insert(names::INGRESS_LABEL.to_string(), service.to_string());
-            labels
-        }),
-        host_config: Some(HostConfig {
-            network_mode: Some(egress.to_string()),
-            // Loopback only: a preview for this machine, not a service for the network.
-            port_bindings: Some(HashMap::from([(
-                exposed,
-                Some(vec![PortBinding {
-                    host_ip: Some("127.0.0.1".into()),
-                    host_port: Some(String::new()),
-                }]),
-            )])),
-            cap_drop: Some(vec!["ALL".to_string()]),
-            readonly_rootfs: Some(true),
-            security_opt: Some(vec!["no-new-privileges".to_string()]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
     one_shot::create_and_start(docker, &name, body, &[internal]).await?;
     Ok((url(docker, &name, port).await?, true))
+}
+
+/// The ingress of `service` relaying `port` to `instances`: its name and create body
+/// ([`crate::plan::containers::ingress`]).
+pub fn body(
+    at: Placement<'_>,
+    egress: &str,
+    service: &str,
+    port: u16,
+    instances: &[String],
+) -> (String, ContainerCreateBody) {
+    let targets: Vec<String> = instances.iter().map(|ip| format!("{ip}:{port}")).collect();
+    let spec = names::spec_digest(&[
+        at.engine_image,
+        at.internal,
+        egress,
+        &port.to_string(),
+        &targets.join(","),
+    ]);
+    (
+        names::container(at.env, &role(service)),
+        crate::plan::containers::ingress(
+            at.env,
+            service,
+            at.engine_image,
+            egress,
+            port,
+            &targets,
+            &spec,
+        ),
+    )
 }
 
 /// The URL an ingress publishes for `port`.

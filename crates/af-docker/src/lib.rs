@@ -10,6 +10,7 @@ pub mod ingress;
 pub mod names;
 pub mod networks;
 pub mod one_shot;
+pub mod plan;
 pub mod probe;
 pub mod runtime;
 pub mod schedule;

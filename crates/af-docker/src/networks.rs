@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use af_manifest::EnvironmentId;
 use af_runtime::RuntimeErrorKind;
 use bollard::Docker;
-use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
+use bollard::models::IpamConfig;
 
 use crate::error::{DockerError, platform};
 use crate::names;
@@ -59,15 +59,8 @@ pub async fn ensure(docker: &Docker, env: &EnvironmentId) -> Result<(String, Str
     };
     let making_egress = async {
         if !check_owned(docker, &egress, env).await? {
-            let request = NetworkCreateRequest {
-                name: egress.clone(),
-                driver: Some("bridge".to_string()),
-                internal: Some(false),
-                labels: Some(names::labels(env, "egress-network")),
-                ..Default::default()
-            };
             docker
-                .create_network(request)
+                .create_network(crate::plan::networks::egress(&egress, env))
                 .await
                 .map_err(|e| platform(format!("creating network {egress}"), e))?;
         }
@@ -78,10 +71,6 @@ pub async fn ensure(docker: &Docker, env: &EnvironmentId) -> Result<(String, Str
     made_egress?;
     Ok((internal, egress))
 }
-
-/// Where Docker picks the services' network's own addresses: the upper half of its /24 (126
-/// containers), leaving the lower half to addresses af fixes.
-const DYNAMIC_RANGE: &str = "128/25";
 
 /// The services' network gets a subnet af chooses, so the sidecar can have a fixed address in it
 /// (Docker assigns fixed addresses only in subnets a user configured). Candidates are /24s of
@@ -98,27 +87,8 @@ async fn create_internal(
         .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
     let mut last_error = String::new();
     for attempt in 0..32u32 {
-        let third = (start + attempt) % 256;
-        let subnet = format!("10.213.{third}.0/24");
-        let request = NetworkCreateRequest {
-            name: name.to_string(),
-            driver: Some("bridge".to_string()),
-            internal: Some(true),
-            labels: Some(names::labels(env, "internal-network")),
-            ipam: Some(Ipam {
-                config: Some(vec![IpamConfig {
-                    subnet: Some(subnet),
-                    // Containers' own addresses come from the upper half, so the sidecar's fixed
-                    // one (.2) is free even when instances are made before it.
-                    ip_range: Some(format!("10.213.{third}.{DYNAMIC_RANGE}")),
-                    // Given a range, Docker would put the gateway at its first address instead.
-                    gateway: Some(format!("10.213.{third}.1")),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let third = u8::try_from((start + attempt) % 256).unwrap_or_default();
+        let request = crate::plan::networks::internal(name, env, third);
         match docker.create_network(request).await {
             Ok(_) => return Ok(()),
             Err(err) if err.to_string().contains("overlap") => last_error = err.to_string(),
@@ -229,7 +199,7 @@ pub async fn addressing(docker: &Docker, name: &str) -> Result<Addressing, Docke
     let reserves_fixed = configs.iter().any(|c| {
         c.ip_range
             .as_deref()
-            .is_some_and(|r| r.ends_with(DYNAMIC_RANGE))
+            .is_some_and(|r| r.ends_with(crate::plan::networks::DYNAMIC_RANGE))
     });
     Ok(Addressing {
         layout: layout_of(&configs),

@@ -7,7 +7,7 @@ use af_manifest::EnvironmentId;
 use af_runtime::RuntimeErrorKind;
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, ContainerInspectResponse, HostConfig};
+use bollard::models::{ContainerCreateBody, ContainerInspectResponse};
 use bollard::query_parameters::{CreateContainerOptions, LogsOptions, RemoveContainerOptions};
 use futures_util::StreamExt;
 
@@ -177,25 +177,9 @@ pub async fn run(
 ) -> Result<Finished, DockerError> {
     let name = names::container(env, &spec.role);
     clear(docker, &name, env).await?;
-    let body = ContainerCreateBody {
-        image: Some(spec.image.clone()),
-        entrypoint: spec.entrypoint.clone(),
-        cmd: (!spec.args.is_empty() || spec.entrypoint.is_none()).then(|| spec.args.clone()),
-        env: (!spec.env.is_empty()).then(|| spec.env.clone()),
-        labels: Some(names::labels(env, &spec.role)),
-        // Every step as the image's unprivileged user (or `user`) with no capability at all; the
-        // one step that needs one, the refusal rules, runs in a holder (`apply_refusal`).
-        user: spec.user.clone(),
-        host_config: Some(HostConfig {
-            network_mode: Some(spec.network_mode.clone()),
-            cap_drop: Some(vec!["ALL".to_string()]),
-            binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
-            readonly_rootfs: Some(true),
-            security_opt: Some(vec!["no-new-privileges".to_string()]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    // Every step as the image's unprivileged user (or `user`) with no capability at all; the one
+    // step that needs one, the refusal rules, runs in a holder (`apply_refusal`).
+    let body = crate::plan::containers::one_shot(env, spec);
     let result = match create_and_start(docker, &name, body, &[]).await {
         Ok(()) => collect(docker, &name).await,
         Err(err) => Err(err),
@@ -339,7 +323,7 @@ pub async fn exec_in_holder_as(
     })
 }
 
-/// Starts the holder of a pod's network namespace on `network` ([`holder_host_config`]). Other
+/// Starts the holder of a pod's network namespace on `network` ([`crate::plan::containers::holder`]). Other
 /// containers join it with `container:<name>`.
 pub async fn start_holder(
     docker: &Docker,
@@ -350,14 +334,15 @@ pub async fn start_holder(
 ) -> Result<String, DockerError> {
     let name = names::container(env, role);
     clear(docker, &name, env).await?;
-    let body = ContainerCreateBody {
-        image: Some(image.to_string()),
-        cmd: Some(vec!["hold".to_string()]),
-        user: Some(HOLDER_ROOT.to_string()),
-        labels: Some(names::labels(env, role)),
-        host_config: Some(holder_host_config(network)),
-        ..Default::default()
-    };
+    let body = crate::plan::containers::holder(crate::plan::containers::Holder {
+        env,
+        role,
+        engine_image: image,
+        network,
+        dns: None,
+        alias: None,
+        spec: None,
+    });
     create_and_start(docker, &name, body, &[]).await?;
     Ok(name)
 }
@@ -369,19 +354,6 @@ pub async fn start_holder(
 pub const HOLDER_ROOT: &str = "0";
 /// The engine image's unprivileged user, as the probe and the gates run in a holder.
 pub const UNPRIVILEGED: &str = "1337:1337";
-
-/// A holder's host configuration on `network`: NET_ADMIN and nothing else, read-only,
-/// no new privileges.
-pub fn holder_host_config(network: &str) -> HostConfig {
-    HostConfig {
-        network_mode: Some(network.to_string()),
-        cap_drop: Some(vec!["ALL".to_string()]),
-        cap_add: Some(vec!["NET_ADMIN".to_string()]),
-        readonly_rootfs: Some(true),
-        security_opt: Some(vec!["no-new-privileges".to_string()]),
-        ..Default::default()
-    }
-}
 
 /// Applies the refusal rules (`args`: `refuse-outside ...`) in `holder`'s namespace: an `exec` as
 /// root, with the holder's one capability, NET_ADMIN. A refusal that did not apply is AF-RUN-051.

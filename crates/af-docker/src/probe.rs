@@ -46,7 +46,7 @@ pub fn sidecar_args(sidecar_ip: std::net::Ipv4Addr) -> Vec<String> {
 }
 
 /// The role of the probe's holder.
-const HOLDER_ROLE: &str = "probe-holder";
+pub(crate) const HOLDER_ROLE: &str = "probe-holder";
 
 /// The probe's holder container of `env`.
 pub fn holder(env: &EnvironmentId) -> String {
@@ -141,15 +141,7 @@ pub async fn record(
             )
         })?,
     );
-    let body = bollard::models::ContainerCreateBody {
-        image: Some(image.to_string()),
-        labels: Some(labels),
-        host_config: Some(bollard::models::HostConfig {
-            network_mode: Some("none".to_string()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let body = crate::plan::containers::inert(image, labels, Vec::new());
     let options = bollard::query_parameters::CreateContainerOptions {
         name: Some(name.clone()),
         ..Default::default()

@@ -21,7 +21,7 @@ pub async fn ensure_engine_volume(
     env: &EnvironmentId,
     engine_image: &str,
 ) -> Result<String, DockerError> {
-    let volume = format!("af-{env}-engine");
+    let volume = volume_name(env);
     let existing = docker
         .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
             filters: Some(names::environment_filter(env)),
@@ -44,7 +44,27 @@ pub async fn ensure_engine_volume(
         })
         .await
         .map_err(|e| platform(format!("creating volume {volume}"), e))?;
-    let install = OneShot {
+    let install = install(engine_image, &volume);
+    let finished = one_shot::run(docker, env, &install).await?;
+    if finished.exit_code != 0 {
+        return Err(platform(
+            format!("filling volume {volume}"),
+            finished.stderr.trim().to_string(),
+        ));
+    }
+    Ok(volume)
+}
+
+/// The environment's engine volume: the engine binary, mounted read-only into every scheduled
+/// service's container.
+pub fn volume_name(env: &EnvironmentId) -> String {
+    format!("af-{env}-engine")
+}
+
+/// The one-shot that copies the engine binary into `volume`: as root (the volume is root's), on
+/// no network.
+pub fn install(engine_image: &str, volume: &str) -> OneShot {
+    OneShot {
         role: "engine-install".to_string(),
         image: engine_image.to_string(),
         args: vec![
@@ -56,15 +76,7 @@ pub async fn ensure_engine_volume(
         user: Some("0".to_string()),
         binds: vec![format!("{volume}:/engine")],
         ..Default::default()
-    };
-    let finished = one_shot::run(docker, env, &install).await?;
-    if finished.exit_code != 0 {
-        return Err(platform(
-            format!("filling volume {volume}"),
-            finished.stderr.trim().to_string(),
-        ));
     }
-    Ok(volume)
 }
 
 /// The entrypoint of a scheduled service's container: the engine's scheduler, then the service's

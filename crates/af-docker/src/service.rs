@@ -2,16 +2,15 @@
 //! services' network, resolving through the sidecar, reachable by the service's name), the
 //! refusal rules, the startup gate, and only then the application container joining it.
 
-use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use af_manifest::{EnvValue, EnvironmentId, Service};
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
 
 use crate::error::{DockerError, platform};
 use crate::one_shot::{self, OneShot};
+use crate::plan::containers;
 use crate::sidecar::{DNS_PORT, PROXY_PORT};
 use crate::trust::CaptureCa;
 use crate::{names, schedule, sidecar};
@@ -96,21 +95,28 @@ pub fn environment(
     Ok(out)
 }
 
-/// [`environment`] for `service` placed at `at`, references read from af's own environment, and
-/// the variables that make it trust the capture CA (but those it sets itself).
-fn environment_at(at: Placement<'_>, service: &Service) -> Result<Vec<String>, DockerError> {
-    let mut out = environment(service, &at.sidecar_ip.to_string(), at.no_proxy, |name| {
-        std::env::var(name).ok()
-    })?;
+/// [`environment`] for `service` placed at `at`, references read with `lookup`, and the variables
+/// that make it trust the capture CA (but those it sets itself).
+pub fn environment_with(
+    at: Placement<'_>,
+    service: &Service,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<String>, DockerError> {
+    let mut out = environment(service, &at.sidecar_ip.to_string(), at.no_proxy, lookup)?;
     if let Some(ca) = at.capture_ca {
         out.extend(ca.variables(|name| service.env.contains_key(name)));
     }
     Ok(out)
 }
 
+/// [`environment_with`] af's own environment.
+fn environment_at(at: Placement<'_>, service: &Service) -> Result<Vec<String>, DockerError> {
+    environment_with(at, service, &|name| std::env::var(name).ok())
+}
+
 /// Everything an instance is made from, as a digest; unchanged, a second `up` keeps the instance as
 /// it runs.
-fn instance_spec(
+pub fn instance_spec(
     at: Placement<'_>,
     service: &Service,
     image: &str,
@@ -149,34 +155,17 @@ async fn hold_with_rules(
     alias: Option<&str>,
     spec: &str,
 ) -> Result<String, DockerError> {
-    let holder = holder.to_string();
-    let sidecar_ip = at.sidecar_ip.to_string();
-    let body = ContainerCreateBody {
-        image: Some(at.engine_image.to_string()),
-        cmd: Some(vec!["hold".to_string()]),
-        user: Some(one_shot::HOLDER_ROOT.to_string()),
-        labels: Some({
-            let mut labels = names::labels(at.env, holder_role);
-            labels.insert(names::SPEC_LABEL.to_string(), spec.to_string());
-            labels
-        }),
-        host_config: Some(HostConfig {
-            dns: Some(vec![sidecar_ip.clone()]),
-            ..one_shot::holder_host_config(at.internal)
-        }),
-        networking_config: Some(NetworkingConfig {
-            endpoints_config: Some(HashMap::from([(
-                at.internal.to_string(),
-                EndpointSettings {
-                    aliases: alias.map(|a| vec![a.to_string()]),
-                    ..Default::default()
-                },
-            )])),
-        }),
-        ..Default::default()
-    };
-    one_shot::create_and_start(docker, &holder, body, &[]).await?;
-    one_shot::apply_refusal(docker, &holder, &at.layout.refusal_args()).await?;
+    let body = containers::holder(containers::Holder {
+        env: at.env,
+        role: holder_role,
+        engine_image: at.engine_image,
+        network: at.internal,
+        dns: Some(at.sidecar_ip),
+        alias,
+        spec: Some(spec),
+    });
+    one_shot::create_and_start(docker, holder, body, &[]).await?;
+    one_shot::apply_refusal(docker, holder, &at.layout.refusal_args()).await?;
     Ok(format!("container:{holder}"))
 }
 
@@ -300,7 +289,6 @@ async fn create_app(
     let (_, app_role) = roles(&service.name, index);
     let app = names::container(at.env, &app_role);
     let environment = environment_at(at, service)?;
-    let resources = &service.resources;
     // A scheduled service runs the engine's scheduler around its own command.
     let (entrypoint, cmd, volume) = match &service.cron {
         Some(schedule) => {
@@ -314,46 +302,48 @@ async fn create_app(
         }
         None => (service.command.clone(), service.args.clone(), None),
     };
-    let mut host_config = HostConfig {
-        network_mode: Some(joined),
-        cap_drop: Some(vec!["ALL".to_string()]),
-        security_opt: Some(vec!["no-new-privileges".to_string()]),
-        nano_cpus: resources
-            .cpu
-            .as_ref()
-            .map(|q| i64::try_from(q.milli_value() * 1_000_000).unwrap_or(i64::MAX)),
-        memory: resources
-            .memory
-            .as_ref()
-            .map(|q| i64::try_from(q.value_rounded_up()).unwrap_or(i64::MAX)),
-        ..Default::default()
-    };
-    if let Some(volume) = &volume {
-        schedule::mount(volume, &mut host_config);
-    }
-    if let Some(ca) = at.capture_ca {
-        ca.mount(&mut host_config);
-    }
-    let body = ContainerCreateBody {
-        image: Some(image.to_string()),
+    let body = containers::application(containers::Application {
+        at,
+        service,
+        image,
+        index,
+        joined,
+        spec,
+        environment,
         entrypoint,
         cmd,
-        env: Some(environment),
-        labels: Some({
-            let mut labels = names::labels(at.env, &app_role);
-            labels.insert(names::SERVICE_LABEL.to_string(), service.name.clone());
-            labels.insert(names::INSTANCE_LABEL.to_string(), index.to_string());
-            labels.insert(names::SPEC_LABEL.to_string(), spec.to_string());
-            labels.insert(
-                names::REPLICAS_LABEL.to_string(),
-                service.replicas.to_string(),
-            );
-            labels
-        }),
-        host_config: Some(host_config),
-        ..Default::default()
-    };
+        engine_volume: volume.as_deref(),
+    });
     one_shot::create(docker, &app, body, &[]).await
+}
+
+/// The role of the holder a service's migration runs in.
+pub fn migration_holder_role(service: &str) -> String {
+    format!("{service}-migrate-holder")
+}
+
+/// The specification label of a migration's holder: it is never kept, so it needs no digest.
+pub const MIGRATION_SPEC: &str = "migration";
+
+/// The one-shot that runs `service`'s migration `command` from `image`, in its holder's namespace,
+/// with the service's environment and the capture CA's files.
+pub fn migration(
+    at: Placement<'_>,
+    service: &Service,
+    image: &str,
+    command: &[String],
+    env: Vec<String>,
+) -> OneShot {
+    let holder = names::container(at.env, &migration_holder_role(&service.name));
+    OneShot {
+        role: format!("{}-migrate", service.name),
+        image: image.to_string(),
+        network_mode: format!("container:{holder}"),
+        entrypoint: Some(command.to_vec()),
+        env,
+        binds: at.capture_ca.map(CaptureCa::bind).into_iter().collect(),
+        ..Default::default()
+    }
 }
 
 /// Runs the service's `migrate` command once, to completion, before its instances start: in a pod
@@ -367,21 +357,13 @@ pub async fn migrate(
     image: &str,
     command: &[String],
 ) -> Result<(), DockerError> {
-    let holder_role = format!("{}-migrate-holder", service.name);
+    let holder_role = migration_holder_role(&service.name);
     let holder = names::container(at.env, &holder_role);
     one_shot::clear(docker, &holder, at.env).await?;
     let env = environment_at(at, service)?;
-    let joined = hold_with_rules(docker, at, &holder, &holder_role, None, "migration").await?;
+    hold_with_rules(docker, at, &holder, &holder_role, None, MIGRATION_SPEC).await?;
     gate(docker, at, &holder, &holder_role).await?;
-    let spec = OneShot {
-        role: format!("{}-migrate", service.name),
-        image: image.to_string(),
-        network_mode: joined,
-        entrypoint: Some(command.to_vec()),
-        env,
-        binds: at.capture_ca.map(CaptureCa::bind).into_iter().collect(),
-        ..Default::default()
-    };
+    let spec = migration(at, service, image, command, env);
     let finished = one_shot::run(docker, at.env, &spec).await;
     one_shot::remove(docker, &holder).await?;
     let finished = finished?;

@@ -2,16 +2,13 @@
 //! the services' network (every service's resolver points there) and also on the egress network,
 //! the only container with a way off the host. Its control API answers only on the egress side.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use af_manifest::{EgressPolicy, EnvironmentId};
 use af_sidecar_api::SidecarConfig;
 use af_sidecar_api::config::{ControlConfig, DnsConfig, Listeners, TlsCaptureConfig};
 use bollard::Docker;
-use bollard::models::{
-    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkingConfig,
-};
+use bollard::models::ContainerCreateBody;
 
 use crate::error::{DockerError, platform};
 use crate::trust::CaptureCa;
@@ -104,7 +101,7 @@ pub fn host_in(subnet: &str, index: u32) -> Option<Ipv4Addr> {
 }
 
 /// The variable the sidecar's configuration is given in (`af-proxy serve` reads it), with its `=`.
-const CONFIG_VARIABLE: &str = "AF_PROXY_CONFIG_TEXT=";
+pub(crate) const CONFIG_VARIABLE: &str = "AF_PROXY_CONFIG_TEXT=";
 
 /// The sidecar's configuration: every listener on all of its addresses, the control API answering
 /// only on the egress side (a connection arriving on `internal_ip`, the services' side, is closed
@@ -207,86 +204,70 @@ pub async fn prepare(
     env: &EnvironmentId,
     spec: SidecarSpec<'_>,
 ) -> Result<Prepared, DockerError> {
-    let SidecarSpec {
-        image,
-        internal,
-        egress,
-        policy,
-        webhooks,
-        capture_ca,
-    } = spec;
     let name = names::container(env, "sidecar");
-    let policy_text = serde_json::to_string(policy)
-        .map_err(|e| platform("writing the sidecar configuration", e))?;
-    let webhook_text = format!("{webhooks:?}");
-    let ca_cert = capture_ca.map_or("", |ca| ca.pem.cert.as_str());
-    let spec = names::spec_digest(&[
-        image,
-        internal,
-        egress,
-        &policy_text,
-        &webhook_text,
-        ca_cert,
-    ]);
-    if one_shot::running_with_spec(docker, &name, env, &spec).await? {
+    let spec_digest = spec_digest(&spec)?;
+    if one_shot::running_with_spec(docker, &name, env, &spec_digest).await? {
         return Ok(Prepared::Running(find(docker, env).await?));
     }
     one_shot::clear(docker, &name, env).await?;
-    let internal_ip = networks::addressing(docker, internal).await?.sidecar_ip;
+    let internal_ip = networks::addressing(docker, spec.internal)
+        .await?
+        .sidecar_ip;
     let token =
         af_sidecar_api::new_control_token().map_err(|e| platform("making the control token", e))?;
-    let body = ContainerCreateBody {
-        image: Some(image.to_string()),
-        cmd: Some(vec!["serve".to_string()]),
-        env: Some(vec![format!(
-            "{CONFIG_VARIABLE}{}",
-            config(env, policy, internal_ip, &token, webhooks, capture_ca)
-                .to_text()
-                .map_err(|e| platform("writing the sidecar configuration", e))?
-        )]),
-        labels: Some({
-            let mut labels = names::labels(env, "sidecar");
-            labels.insert(names::SPEC_LABEL.to_string(), spec.clone());
-            labels
-        }),
-        host_config: Some(HostConfig {
-            network_mode: Some(internal.to_string()),
-            cap_drop: Some(vec!["ALL".to_string()]),
-            readonly_rootfs: Some(true),
-            security_opt: Some(vec!["no-new-privileges".to_string()]),
-            // The log's ring lives in memory-backed scratch space; the root stays read-only.
-            tmpfs: Some(HashMap::from([(
-                "/var/log/af".to_string(),
-                "size=64m,uid=1337,gid=1337".to_string(),
-            )])),
-            // Ports 25, 53, 80 and 443 without a capability.
-            sysctls: Some(HashMap::from([(
-                "net.ipv4.ip_unprivileged_port_start".to_string(),
-                "0".to_string(),
-            )])),
-            ..Default::default()
-        }),
-        networking_config: Some(NetworkingConfig {
-            endpoints_config: Some(HashMap::from([(
-                internal.to_string(),
-                EndpointSettings {
-                    ipam_config: Some(EndpointIpamConfig {
-                        ipv4_address: Some(internal_ip.to_string()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            )])),
-        }),
-        ..Default::default()
-    };
-    one_shot::create(docker, &name, body, &[egress]).await?;
+    let body = body(env, spec, internal_ip, &token)?;
+    one_shot::create(docker, &name, body, &[spec.egress]).await?;
     Ok(Prepared::Created {
         name,
         internal_ip,
         token,
-        egress: egress.to_string(),
+        egress: spec.egress.to_string(),
     })
+}
+
+/// Everything a sidecar is made from, as a digest; unchanged, a second `up` keeps it as it runs
+/// (and keeps its token, which the services never see but `af net log` reads back).
+fn spec_digest(spec: &SidecarSpec<'_>) -> Result<String, DockerError> {
+    let policy_text = serde_json::to_string(spec.policy)
+        .map_err(|e| platform("writing the sidecar configuration", e))?;
+    let webhook_text = format!("{:?}", spec.webhooks);
+    let ca_cert = spec.capture_ca.map_or("", |ca| ca.pem.cert.as_str());
+    Ok(names::spec_digest(&[
+        spec.image,
+        spec.internal,
+        spec.egress,
+        &policy_text,
+        &webhook_text,
+        ca_cert,
+    ]))
+}
+
+/// The sidecar's create body ([`crate::plan::containers::sidecar`]) at `internal_ip`, behind
+/// `token`.
+pub fn body(
+    env: &EnvironmentId,
+    spec: SidecarSpec<'_>,
+    internal_ip: Ipv4Addr,
+    token: &str,
+) -> Result<ContainerCreateBody, DockerError> {
+    let text = config(
+        env,
+        spec.policy,
+        internal_ip,
+        token,
+        spec.webhooks,
+        spec.capture_ca,
+    )
+    .to_text()
+    .map_err(|e| platform("writing the sidecar configuration", e))?;
+    Ok(crate::plan::containers::sidecar(
+        env,
+        spec.image,
+        spec.internal,
+        internal_ip,
+        &text,
+        &spec_digest(&spec)?,
+    ))
 }
 
 /// A container's address on a network.

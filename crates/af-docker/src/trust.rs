@@ -8,7 +8,7 @@
 use af_manifest::EnvironmentId;
 use af_runtime::capture_trust::{self, BUNDLE_FILE_NAME, CA_FILE_NAME, CaptureCaPem, TRUST_DIR};
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
+use bollard::models::{HostConfig, VolumeCreateRequest};
 
 use crate::error::{DockerError, platform};
 use crate::{names, one_shot};
@@ -144,16 +144,11 @@ async fn fill(
     const AT: &str = "/trust";
     let name = names::container(env, "trust-fill");
     one_shot::clear(docker, &name, env).await?;
-    let body = ContainerCreateBody {
-        image: Some(engine_image.to_string()),
-        labels: Some(names::labels(env, "trust-fill")),
-        host_config: Some(HostConfig {
-            network_mode: Some("none".to_string()),
-            binds: Some(vec![format!("{volume}:{AT}")]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let body = crate::plan::containers::inert(
+        engine_image,
+        names::labels(env, "trust-fill"),
+        vec![format!("{volume}:{AT}")],
+    );
     one_shot::create(docker, &name, body, &[]).await?;
     let uploaded = async {
         let archive = archive(files).map_err(|e| platform("packing the capture CA", e))?;
