@@ -236,26 +236,15 @@ async fn prepare_instances<'s>(
     Ok(by_service)
 }
 
-#[async_trait]
-impl Runtime for LocalRuntime {
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
-
-    async fn up(
+impl LocalRuntime {
+    /// Phase 1: the engine image, and each service's image (as named, or built from its context).
+    async fn images(
         &self,
         environment: &Environment,
         progress: &dyn ProgressSink,
-    ) -> Result<UpReport, RuntimeError> {
-        // What the manifest asks for that this runtime does not do yet is refused up front, naming
-        // it — never started without it.
-        for capability in wanted_capabilities(&environment.manifest) {
-            self.capabilities.require(capability)?;
-        }
-        af_runtime::require_env_values(&environment.manifest)?;
+    ) -> Result<(String, BTreeMap<String, String>), RuntimeError> {
         let docker = &self.docker;
-        let env = &environment.id;
-        let (image, images) = af_runtime::run_step(
+        af_runtime::run_step(
             progress,
             Step::Images,
             "the engine image and the services' images",
@@ -286,11 +275,21 @@ impl Runtime for LocalRuntime {
                 Ok::<_, DockerError>((engine, images))
             },
         )
-        .await?;
-        let manifest = &environment.manifest;
-        // The capture CA only where something is captured (`needs_capture_ca`).
+        .await
+    }
+
+    /// Phase 2: the services' network and the egress network, and the capture CA where something
+    /// is captured (`needs_capture_ca`); (internal, egress, CA).
+    async fn networks(
+        &self,
+        env: &EnvironmentId,
+        engine_image: &str,
+        manifest: &af_manifest::Manifest,
+        progress: &dyn ProgressSink,
+    ) -> Result<(String, String, Option<trust::CaptureCa>), RuntimeError> {
+        let docker = &self.docker;
         let captures = manifest.egress.needs_capture_ca();
-        let (internal, egress, capture_ca) = af_runtime::run_step(
+        af_runtime::run_step(
             progress,
             Step::Networks,
             if captures {
@@ -301,7 +300,7 @@ impl Runtime for LocalRuntime {
             async {
                 let (networks, capture_ca) = tokio::join!(networks::ensure(docker, env), async {
                     match captures {
-                        true => trust::ensure(docker, env, &image).await.map(Some),
+                        true => trust::ensure(docker, env, engine_image).await.map(Some),
                         false => Ok(None),
                     }
                 });
@@ -309,32 +308,293 @@ impl Runtime for LocalRuntime {
                 Ok::<_, DockerError>((internal, egress, capture_ca?))
             },
         )
+        .await
+    }
+}
+
+/// One application container as the daemon reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ApplicationSeen {
+    service: String,
+    /// The replica count it was made for (its label).
+    wanted: u32,
+    running: bool,
+    /// Its applied limits, 0 or absent when none.
+    nano_cpus: Option<i64>,
+    memory: Option<i64>,
+}
+
+/// The environment's status from what the daemon reports: per service, the instances running
+/// against the replica count they were made for, the limits applied to its first container, and
+/// the URLs of its running ingresses (for a service that has instances); the probe's last verdict.
+fn assemble_status(
+    id: &EnvironmentId,
+    applications: Vec<ApplicationSeen>,
+    urls: Vec<(String, String)>,
+    containment: Option<af_runtime::ContainmentSummary>,
+) -> EnvironmentStatus {
+    let mut services: BTreeMap<String, ServiceStatus> = BTreeMap::new();
+    for app in applications {
+        let entry = services
+            .entry(app.service.clone())
+            .or_insert_with(|| ServiceStatus {
+                name: app.service.clone(),
+                ready: 0,
+                wanted: app.wanted,
+                applied_cpu_millis: app
+                    .nano_cpus
+                    .filter(|n| *n > 0)
+                    .map(|n| (n / 1_000_000) as u64),
+                applied_memory_bytes: app.memory.filter(|m| *m > 0).map(|m| m as u64),
+                urls: Vec::new(),
+            });
+        entry.ready += u32::from(app.running);
+    }
+    for (service, url) in urls {
+        if let Some(entry) = services.get_mut(&service) {
+            entry.urls.push(url);
+        }
+    }
+    EnvironmentStatus {
+        id: id.clone(),
+        services: services.into_values().collect(),
+        containment,
+    }
+}
+
+/// The probe's and the gates' routes: those configured, and — unless one is configured — E6
+/// locally, the platform API at the host's side of the services' network, where a Docker API
+/// would listen.
+fn probe_targets(configured: &[String], layout: &networks::Layout) -> Vec<String> {
+    let mut targets = configured.to_vec();
+    let platform_api = layout
+        .gateways
+        .iter()
+        .find(|g| !g.contains(':'))
+        .map(|gateway| format!("{gateway}:2375"));
+    if !targets.iter().any(|t| t == "--platform-api")
+        && let Some(api) = platform_api
+    {
+        targets.extend(["--platform-api".to_string(), api]);
+    }
+    targets
+}
+
+/// What phase 3 leaves: the verdict, the sidecar, and the instances prepared meanwhile.
+struct Contained {
+    containment: af_runtime::ContainmentSummary,
+    sidecar_created: bool,
+    /// By service; empty when the network could not keep the sidecar's address free (then each
+    /// wave's instances are prepared as it starts).
+    prepared: BTreeMap<String, Vec<service::Prepared>>,
+}
+
+/// Phase 3, containment: the probe, in the first instance holder made ready (refusal rules
+/// applied, nothing of the service started), else — every instance already running — in a holder
+/// of its own; the sidecar starts as the probe does (the probe's positive control is that it
+/// answers). What runs no workload code — each instance's holder and refusal rules, its
+/// application container created but not started — is made while the probe runs, where the
+/// network keeps the sidecar's address free (`early`); nothing that could reach out starts
+/// before the verdict.
+async fn contain(
+    docker: &Docker,
+    progress: &dyn ProgressSink,
+    placement: Placement<'_>,
+    manifest: &af_manifest::Manifest,
+    images: &BTreeMap<String, String>,
+    egress: &str,
+    early: bool,
+) -> Result<Contained, RuntimeError> {
+    let Placement {
+        env,
+        engine_image: image,
+        internal,
+        sidecar_ip,
+        gate_targets: targets,
+        capture_ca,
+        ..
+    } = placement;
+    // The probe's positive control: the sidecar, where every service reaches it.
+    let probe_args: Vec<String> = targets
+        .iter()
+        .cloned()
+        .chain(probe::sidecar_args(sidecar_ip))
+        .collect();
+    let (first_fresh, first_fresh_holder) = tokio::sync::oneshot::channel::<String>();
+    let probe = af_runtime::run_step(
+        progress,
+        Step::Probe,
+        "every escape route, under a service's rules",
+        async {
+            match first_fresh_holder.await {
+                Ok(holder) => probe::judge_in_holder(docker, &holder, probe_args.clone()).await,
+                Err(_) => probe::judge(docker, env, image, internal, probe_args.clone()).await,
+            }
+        },
+    );
+    let webhooks = crate::plan::webhook_targets(manifest);
+    let start_sidecar = || async {
+        let created = sidecar::prepare(
+            docker,
+            env,
+            sidecar::SidecarSpec {
+                image,
+                internal,
+                egress,
+                policy: &manifest.egress,
+                webhooks: &webhooks,
+                capture_ca,
+            },
+        )
+        .await
+        .map_err(RuntimeError::from)?;
+        af_runtime::run_step(
+            progress,
+            Step::Sidecar,
+            "the egress sidecar",
+            sidecar::start_prepared(docker, created),
+        )
+        .await
+    };
+    let probe_holder = probe::holder(env);
+    // After the verdict: the probe's holder goes and the verdict is kept. A refusal starts
+    // nothing more.
+    let after_verdict = |containment: Result<af_runtime::ContainmentSummary, RuntimeError>| async {
+        let containment = match containment {
+            Ok(verdict) => verdict,
+            Err(refused) => {
+                one_shot::remove(docker, &probe_holder)
+                    .await
+                    .map_err(RuntimeError::from)?;
+                return Err(refused);
+            }
+        };
+        let (removed, recorded) = tokio::join!(
+            one_shot::remove(docker, &probe_holder),
+            probe::record(docker, env, image, &containment),
+        );
+        removed.map_err(RuntimeError::from)?;
+        recorded.map_err(RuntimeError::from)?;
+        Ok::<_, RuntimeError>(containment)
+    };
+    let (containment, (sidecar, sidecar_created), prepared) = if early {
+        // Each instance up to its application container created but not started: none of them
+        // starts before its gate, which waits for the verdict and the sidecar.
+        let preparing = af_runtime::run_step(
+            progress,
+            Step::Preparation,
+            "every instance's namespace, refusal rules and container, made while the probe runs (none starts before its verdict and its gate)",
+            prepare_instances(
+                docker,
+                placement,
+                manifest.services.values(),
+                images,
+                Some(first_fresh),
+            ),
+        );
+        let judged = async {
+            let (containment, sidecar) = tokio::join!(probe, start_sidecar());
+            // A sidecar that did not start is the error to report: the probe's verdict (its
+            // positive control unanswered) only follows from it.
+            let verdict = after_verdict(containment).await;
+            let sidecar = sidecar?;
+            Ok::<_, RuntimeError>((verdict?, sidecar))
+        };
+        let (after, prepared) = tokio::join!(judged, preparing);
+        let (containment, sidecar) = after?;
+        (containment, sidecar, prepared?)
+    } else {
+        // The sidecar first, so that its fixed address is its own before the probe's holder
+        // takes one.
+        drop(first_fresh);
+        let sidecar = start_sidecar().await?;
+        let containment = after_verdict(probe.await).await?;
+        (containment, sidecar, BTreeMap::new())
+    };
+    if sidecar.internal_ip != sidecar_ip {
+        return Err(RuntimeError::platform_failed(
+            "placing the sidecar",
+            format!(
+                "it has address {} where af fixes {sidecar_ip}; run `af down` and `af up` to make the environment again",
+                sidecar.internal_ip
+            ),
+        ));
+    }
+    Ok(Contained {
+        containment,
+        sidecar_created,
+        prepared,
+    })
+}
+
+/// Phase 4, services: in `depends_on` waves (services of one wave depend only on earlier waves,
+/// so each wave starts at once), each service's migration, instances (gate, application,
+/// readiness) and URL.
+async fn start_services(
+    starting: Starting<'_>,
+    manifest: &af_manifest::Manifest,
+    images: &BTreeMap<String, String>,
+    mut prepared: BTreeMap<String, Vec<service::Prepared>>,
+    early: bool,
+) -> Result<(), RuntimeError> {
+    for wave in manifest.services_in_start_waves() {
+        if !early {
+            prepared.extend(
+                prepare_instances(
+                    starting.docker,
+                    starting.at,
+                    wave.iter().copied(),
+                    images,
+                    None,
+                )
+                .await
+                .map_err(RuntimeError::from)?,
+            );
+        }
+        let wave_prepared: Vec<Vec<service::Prepared>> = wave
+            .iter()
+            .map(|service| prepared.remove(&service.name).unwrap_or_default())
+            .collect();
+        futures_util::future::try_join_all(wave.into_iter().zip(wave_prepared).map(
+            |(service, instances)| starting.service(service, &images[&service.name], instances),
+        ))
         .await?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Runtime for LocalRuntime {
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    /// `up` in the seed's order: images, networks, containment (the probe, with the sidecar and
+    /// everything that runs no workload code made meanwhile), services by waves, then what the
+    /// manifest no longer has.
+    async fn up(
+        &self,
+        environment: &Environment,
+        progress: &dyn ProgressSink,
+    ) -> Result<UpReport, RuntimeError> {
+        // What the manifest asks for that this runtime does not do yet is refused up front, naming
+        // it — never started without it.
+        for capability in wanted_capabilities(&environment.manifest) {
+            self.capabilities.require(capability)?;
+        }
+        af_runtime::require_env_values(&environment.manifest)?;
+        let manifest = &environment.manifest;
+        let env = &environment.id;
+        let (image, images) = self.images(environment, progress).await?;
+        let (internal, egress, capture_ca) = self.networks(env, &image, manifest, progress).await?;
         let networks::Addressing {
             layout,
             sidecar_ip,
             reserves_fixed: early,
-        } = networks::addressing(docker, &internal)
+        } = networks::addressing(&self.docker, &internal)
             .await
             .map_err(RuntimeError::from)?;
-        // E6 locally: the host's side of the services' network, where a Docker API would listen.
-        let platform_api = layout
-            .gateways
-            .iter()
-            .find(|g| !g.contains(':'))
-            .map(|gateway| format!("{gateway}:2375"));
-        let mut targets = self.probe_targets.clone();
-        if !targets.iter().any(|t| t == "--platform-api")
-            && let Some(api) = platform_api
-        {
-            targets.extend(["--platform-api".to_string(), api]);
-        }
-        // The probe's positive control: the sidecar, where every service reaches it.
-        let probe_args: Vec<String> = targets
-            .iter()
-            .cloned()
-            .chain(probe::sidecar_args(sidecar_ip))
-            .collect();
+        let targets = probe_targets(&self.probe_targets, &layout);
         let no_proxy = af_runtime::no_proxy(manifest.services.keys().map(String::as_str));
         let placement = Placement {
             env,
@@ -346,151 +606,25 @@ impl Runtime for LocalRuntime {
             no_proxy: &no_proxy,
             capture_ca: capture_ca.as_ref(),
         };
-        // The probe runs in the first instance holder made ready (refusal rules applied, nothing of
-        // the service started), else — every instance already running — in a holder of its own.
-        let (first_fresh, first_fresh_holder) = tokio::sync::oneshot::channel::<String>();
-        let probe = af_runtime::run_step(
+        let contained = contain(
+            &self.docker,
             progress,
-            Step::Probe,
-            "every escape route, under a service's rules",
-            async {
-                match first_fresh_holder.await {
-                    Ok(holder) => probe::judge_in_holder(docker, &holder, probe_args.clone()).await,
-                    Err(_) => {
-                        probe::judge(docker, env, &image, &internal, probe_args.clone()).await
-                    }
-                }
-            },
-        );
-        // What runs no workload code — each instance's holder and refusal rules, its application
-        // container created but not started, and the sidecar — is made while the probe runs;
-        // nothing that could reach out starts before the verdict. A network made by an earlier af does not keep the sidecar's address free
-        // (`early` is false), so there each wave's instances are prepared in turn, after the
-        // sidecar.
-        let images = &images;
-        let webhooks: Vec<(String, u16)> = manifest
-            .services
-            .values()
-            .filter_map(|s| s.port.map(|p| (s.name.clone(), p)))
-            .collect();
-        let prepare_sidecar = || {
-            sidecar::prepare(
-                docker,
-                env,
-                sidecar::SidecarSpec {
-                    image: &image,
-                    internal: &internal,
-                    egress: &egress,
-                    policy: &manifest.egress,
-                    webhooks: &webhooks,
-                    capture_ca: capture_ca.as_ref(),
-                },
-            )
-        };
-        let probe_holder = probe::holder(env);
-        // The sidecar starts as the probe does: the probe's positive control is that it reaches
-        // the sidecar (it asks until it answers), and the sidecar runs no workload code.
-        let start_sidecar = || async {
-            let created = prepare_sidecar().await.map_err(RuntimeError::from)?;
-            af_runtime::run_step(
-                progress,
-                Step::Sidecar,
-                "the egress sidecar",
-                sidecar::start_prepared(docker, created),
-            )
-            .await
-        };
-        // After the verdict: the probe's holder goes and the verdict is kept. A refusal starts
-        // nothing more.
-        let after_verdict = |containment: Result<af_runtime::ContainmentSummary, RuntimeError>| async {
-            let containment = match containment {
-                Ok(verdict) => verdict,
-                Err(refused) => {
-                    one_shot::remove(docker, &probe_holder)
-                        .await
-                        .map_err(RuntimeError::from)?;
-                    return Err(refused);
-                }
-            };
-            let (removed, recorded) = tokio::join!(
-                one_shot::remove(docker, &probe_holder),
-                probe::record(docker, env, &image, &containment),
-            );
-            removed.map_err(RuntimeError::from)?;
-            recorded.map_err(RuntimeError::from)?;
-            Ok::<_, RuntimeError>(containment)
-        };
-        let (containment, (sidecar, sidecar_created), mut prepared) = if early {
-            // The instances are prepared while the probe runs, each up to its application
-            // container created but not started: none of them starts before its gate, which waits
-            // for the verdict and the sidecar.
-            let preparing = af_runtime::run_step(
-                progress,
-                Step::Preparation,
-                "every instance's namespace, refusal rules and container, made while the probe runs (none starts before its verdict and its gate)",
-                prepare_instances(
-                    docker,
-                    placement,
-                    manifest.services.values(),
-                    images,
-                    Some(first_fresh),
-                ),
-            );
-            let judged = async {
-                let (containment, sidecar) = tokio::join!(probe, start_sidecar());
-                // A sidecar that did not start is the error to report: the probe's verdict
-                // (its positive control unanswered) only follows from it.
-                let verdict = after_verdict(containment).await;
-                let sidecar = sidecar?;
-                Ok::<_, RuntimeError>((verdict?, sidecar))
-            };
-            let (after, prepared) = tokio::join!(judged, preparing);
-            let (containment, sidecar) = after?;
-            (containment, sidecar, prepared?)
-        } else {
-            // The sidecar first, so that its fixed address is its own before the probe's holder
-            // takes one.
-            drop(first_fresh);
-            let sidecar = start_sidecar().await?;
-            let containment = after_verdict(probe.await).await?;
-            (containment, sidecar, BTreeMap::new())
-        };
-        let changed = std::sync::atomic::AtomicBool::new(false);
-        if sidecar.internal_ip != placement.sidecar_ip {
-            return Err(RuntimeError::platform_failed(
-                "placing the sidecar",
-                format!(
-                    "it has address {} where af fixes {}; run `af down` and `af up` to make the environment again",
-                    sidecar.internal_ip, placement.sidecar_ip
-                ),
-            ));
-        }
-        changed.store(sidecar_created, std::sync::atomic::Ordering::Relaxed);
-        // Services of one wave depend only on earlier waves, so each wave starts at once.
+            placement,
+            manifest,
+            &images,
+            &egress,
+            early,
+        )
+        .await?;
+        let changed = std::sync::atomic::AtomicBool::new(contained.sidecar_created);
         let starting = Starting {
-            docker,
+            docker: &self.docker,
             at: placement,
             progress,
             egress: &egress,
             changed: &changed,
         };
-        for wave in manifest.services_in_start_waves() {
-            if !early {
-                prepared.extend(
-                    prepare_instances(docker, placement, wave.iter().copied(), images, None)
-                        .await
-                        .map_err(RuntimeError::from)?,
-                );
-            }
-            let wave_prepared: Vec<Vec<service::Prepared>> = wave
-                .iter()
-                .map(|service| prepared.remove(&service.name).unwrap_or_default())
-                .collect();
-            futures_util::future::try_join_all(wave.into_iter().zip(wave_prepared).map(
-                |(service, instances)| starting.service(service, &images[&service.name], instances),
-            ))
-            .await?;
-        }
+        start_services(starting, manifest, &images, contained.prepared, early).await?;
         if self
             .remove_stale_instances(env, manifest)
             .await
@@ -499,7 +633,7 @@ impl Runtime for LocalRuntime {
             changed.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let mut status = self.status(env).await?;
-        status.containment = Some(containment);
+        status.containment = Some(contained.containment);
         Ok(UpReport {
             unchanged: !changed.load(std::sync::atomic::Ordering::Relaxed),
             status,
@@ -521,20 +655,14 @@ impl Runtime for LocalRuntime {
     }
 
     async fn status(&self, id: &EnvironmentId) -> Result<EnvironmentStatus, RuntimeError> {
-        let mut services: BTreeMap<String, ServiceStatus> = BTreeMap::new();
+        let mut applications = Vec::new();
         for container in self.applications(id).await.map_err(RuntimeError::from)? {
             let labels = container.labels.unwrap_or_default();
-            let name = labels.get(SERVICE_LABEL).cloned().unwrap_or_default();
-            let wanted: u32 = labels
-                .get(REPLICAS_LABEL)
-                .and_then(|r| r.parse().ok())
-                .unwrap_or(0);
-            let running = container.state.map(|s| s.to_string()).as_deref() == Some("running");
-            // Applied limits, read off the container the daemon runs, not echoed from the manifest.
             let container_name = container
                 .names
                 .and_then(|n| n.first().cloned())
                 .unwrap_or_default();
+            // Applied limits, read off the container the daemon runs, not echoed from the manifest.
             let host_config = self
                 .docker
                 .inspect_container(
@@ -544,27 +672,18 @@ impl Runtime for LocalRuntime {
                 .await
                 .ok()
                 .and_then(|c| c.host_config);
-            let entry = services
-                .entry(name.clone())
-                .or_insert_with(|| ServiceStatus {
-                    name,
-                    ready: 0,
-                    wanted,
-                    applied_cpu_millis: host_config
-                        .as_ref()
-                        .and_then(|h| h.nano_cpus)
-                        .filter(|n| *n > 0)
-                        .map(|n| (n / 1_000_000) as u64),
-                    applied_memory_bytes: host_config
-                        .as_ref()
-                        .and_then(|h| h.memory)
-                        .filter(|m| *m > 0)
-                        .map(|m| m as u64),
-                    urls: Vec::new(),
-                });
-            entry.ready += u32::from(running);
+            applications.push(ApplicationSeen {
+                service: labels.get(SERVICE_LABEL).cloned().unwrap_or_default(),
+                wanted: labels
+                    .get(REPLICAS_LABEL)
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(0),
+                running: container.state.map(|s| s.to_string()).as_deref() == Some("running"),
+                nano_cpus: host_config.as_ref().and_then(|h| h.nano_cpus),
+                memory: host_config.as_ref().and_then(|h| h.memory),
+            });
         }
-        // Each web service's URL, from the port its ingress publishes.
+        // Each web service's URL, from the port its running ingress publishes.
         let options = ListContainersOptions {
             all: false,
             filters: Some(names::environment_filter(id)),
@@ -575,6 +694,7 @@ impl Runtime for LocalRuntime {
             .list_containers(Some(options))
             .await
             .map_err(|e| RuntimeError::from(platform("listing containers", e)))?;
+        let mut urls = Vec::new();
         for ingress_container in running {
             let labels = ingress_container.labels.unwrap_or_default();
             let (Some(service), Some(name)) = (
@@ -583,18 +703,18 @@ impl Runtime for LocalRuntime {
             ) else {
                 continue;
             };
-            if let (Some(entry), Ok(url)) = (
-                services.get_mut(service),
-                ingress::published(&self.docker, name.trim_start_matches('/'), None).await,
-            ) {
-                entry.urls.push(url);
+            if let Ok(url) =
+                ingress::published(&self.docker, name.trim_start_matches('/'), None).await
+            {
+                urls.push((service.clone(), url));
             }
         }
-        Ok(EnvironmentStatus {
-            id: id.clone(),
-            services: services.into_values().collect(),
-            containment: probe::last(&self.docker, id).await,
-        })
+        Ok(assemble_status(
+            id,
+            applications,
+            urls,
+            probe::last(&self.docker, id).await,
+        ))
     }
 
     async fn net_log(
@@ -709,6 +829,60 @@ pub fn wanted_capabilities(manifest: &af_manifest::Manifest) -> Vec<Capability> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seen(service: &str, running: bool, nano_cpus: Option<i64>) -> ApplicationSeen {
+        ApplicationSeen {
+            service: service.into(),
+            wanted: 2,
+            running,
+            nano_cpus,
+            memory: Some(0),
+        }
+    }
+
+    #[test]
+    fn status_counts_running_instances_against_their_replicas_and_keeps_urls_of_known_services() {
+        let id = EnvironmentId::derive("shop", "main");
+        let status = assemble_status(
+            &id,
+            vec![
+                seen("web", true, Some(250_000_000)),
+                seen("web", false, None),
+                seen("worker", true, Some(0)),
+            ],
+            vec![
+                ("web".into(), "http://127.0.0.1:5000".into()),
+                ("gone".into(), "http://127.0.0.1:5001".into()),
+            ],
+            None,
+        );
+        let web = &status.services[0];
+        assert_eq!((web.name.as_str(), web.ready, web.wanted), ("web", 1, 2));
+        assert_eq!(web.applied_cpu_millis, Some(250));
+        assert_eq!(web.applied_memory_bytes, None, "0 is no limit");
+        assert_eq!(web.urls, ["http://127.0.0.1:5000"]);
+        let worker = &status.services[1];
+        assert_eq!((worker.ready, worker.applied_cpu_millis), (1, None));
+        assert_eq!(
+            status.services.len(),
+            2,
+            "an ingress without instances adds no service"
+        );
+    }
+
+    #[test]
+    fn the_platform_api_is_probed_at_the_gateway_unless_a_target_is_configured() {
+        let layout = networks::Layout {
+            subnets: vec!["10.213.7.0/24".into(), "fd00::/64".into()],
+            gateways: vec!["fd00::1".into(), "10.213.7.1".into()],
+        };
+        assert_eq!(
+            probe_targets(&[], &layout),
+            ["--platform-api", "10.213.7.1:2375"]
+        );
+        let configured = ["--platform-api".to_string(), "192.0.2.9:1".to_string()];
+        assert_eq!(probe_targets(&configured, &layout), configured);
+    }
 
     #[test]
     fn the_shop_example_names_the_features_it_needs() {

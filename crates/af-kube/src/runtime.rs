@@ -502,25 +502,32 @@ fn render_failure(capabilities: &Capabilities, e: RenderError) -> RuntimeError {
     }
 }
 
-#[async_trait]
-impl Runtime for KubeRuntime {
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
+/// The addresses the cluster gave the environment's Services.
+struct Addresses {
+    /// The sidecar Service's ClusterIP: every pod's resolver and proxy.
+    sidecar: IpAddr,
+    /// Each service's ClusterIP, by name.
+    services: BTreeMap<String, IpAddr>,
+}
 
-    async fn up(
-        &self,
-        environment: &Environment,
-        progress: &dyn ProgressSink,
-    ) -> Result<UpReport, RuntimeError> {
-        self.refuse_unsupported(&environment.manifest)?;
-        af_runtime::require_env_values(&environment.manifest)?;
-        // Which cluster, before the first question to it: an error that follows names it.
+/// The sidecar's secrets for this `up`: kept from its current configuration, or new.
+struct SidecarSecrets {
+    token: String,
+    capture_ca: Option<af_runtime::capture_trust::CaptureCaPem>,
+    /// The machine's trust store, read only when there is a CA to bundle it with.
+    system_store: Option<String>,
+}
+
+/// The phases of `up`, in order.
+impl KubeRuntime {
+    /// Which cluster, before the first question to it (an error that follows names it), and that
+    /// its API server is one af supports; what it is, as far as rendering needs to know.
+    async fn which_cluster(&self, progress: &dyn ProgressSink) -> Result<Cluster, RuntimeError> {
         progress.emit(ProgressEvent::Notice {
             message: format!("af up is about to change {}", self.target),
         });
         crate::apply::version::check(&self.client).await?;
-        let cluster = match &self.cluster {
+        Ok(match &self.cluster {
             Some(cluster) => cluster.clone(),
             None => {
                 let (cluster, notes) = crate::apply::cluster::discover(self.client.clone()).await;
@@ -529,22 +536,23 @@ impl Runtime for KubeRuntime {
                 }
                 cluster
             }
-        };
-        let client = self.client.clone();
-        let images = af_runtime::run_step(
-            progress,
-            Step::Images,
-            "the services' images",
-            self.images(environment),
-        )
-        .await?;
-        // Sizes do not depend on the Services' addresses: the fit check runs before anything
-        // exists.
+        })
+    }
+
+    /// The fit check, before anything exists: sizes do not depend on the Services' addresses, so
+    /// the environment is rendered with stand-ins for them. The rendering, for what follows.
+    async fn fit(
+        &self,
+        cluster: &Cluster,
+        environment: &Environment,
+        images: &BTreeMap<String, String>,
+        progress: &dyn ProgressSink,
+    ) -> Result<Rendered, RuntimeError> {
         let stand_ins = stand_in_service_ips(&environment.manifest);
         let sized = self.rendered(
-            &cluster,
+            cluster,
             environment,
-            &images,
+            images,
             (STAND_IN, &stand_ins),
             ("", None),
         )?;
@@ -553,34 +561,46 @@ impl Runtime for KubeRuntime {
             Step::FitCheck,
             "the environment's sizes against the free room",
             fit::check(
-                client.clone(),
+                self.client.clone(),
                 &crate::fit::instances(&sized),
                 &self.namespace(&environment.id),
                 progress,
             ),
         )
         .await?;
+        Ok(sized)
+    }
+
+    /// The images copied into a k3d or kind cluster's nodes before anything needs them, the
+    /// namespace, and its policies (default deny, the sidecar the only way out), with those an
+    /// earlier manifest needed removed before the probe judges the namespace. Whether anything
+    /// was written.
+    async fn namespace_and_policies(
+        &self,
+        environment: &Environment,
+        images: &BTreeMap<String, String>,
+        sized: &Rendered,
+        progress: &dyn ProgressSink,
+    ) -> Result<bool, RuntimeError> {
+        let client = self.client.clone();
         let name = self.namespace(&environment.id);
-        // The nodes of a k3d or kind cluster get the images before anything needs them.
         let copied = af_runtime::run_step(
             progress,
             Step::Images,
             "copying images into the nodes",
-            self.load(environment, &images),
+            self.load(environment, images),
         )
         .await?;
-        // Whether this up wrote anything beyond the probe's own pod and verdict.
-        let mut changed = copied
-            | af_runtime::run_step(progress, Step::Namespace, &name, {
-                namespace::ensure(
-                    client.clone(),
-                    &sized.namespace,
-                    &environment.id,
-                    Patience::default(),
-                )
-            })
-            .await?;
-        changed |= af_runtime::run_step(
+        let made = af_runtime::run_step(progress, Step::Namespace, &name, {
+            namespace::ensure(
+                client.clone(),
+                &sized.namespace,
+                &environment.id,
+                Patience::default(),
+            )
+        })
+        .await?;
+        let policed = af_runtime::run_step(
             progress,
             Step::Policies,
             "default deny, and the sidecar as the only way out",
@@ -606,23 +626,34 @@ impl Runtime for KubeRuntime {
             },
         )
         .await?;
-        // The Services first, the sidecar's and then every service's: the sidecar's ClusterIP is
-        // every pod's resolver and proxy, and with netlock their addresses are the only ones a pod
-        // may send to. A Service runs nothing, and a name resolves before anything calls it.
-        let (sidecar_ip, wrote) = self.apply_service(&sized.sidecar_service).await?;
-        changed |= wrote;
-        let mut service_ips = BTreeMap::new();
+        Ok(copied | made | policed)
+    }
+
+    /// The Services, the sidecar's and then every service's: the sidecar's ClusterIP is every
+    /// pod's resolver and proxy, and with netlock their addresses are the only ones a pod may send
+    /// to. A Service runs nothing, and a name resolves before anything calls it.
+    async fn service_addresses(&self, sized: &Rendered) -> Result<(Addresses, bool), RuntimeError> {
+        let (sidecar, mut changed) = self.apply_service(&sized.sidecar_service).await?;
+        let mut services = BTreeMap::new();
         for service in &sized.services {
             let (ip, wrote) = self.apply_service(service).await?;
             changed |= wrote;
-            service_ips.insert(service.metadata.name.clone().unwrap_or_default(), ip);
+            services.insert(service.metadata.name.clone().unwrap_or_default(), ip);
         }
-        // The token and the capture CA the sidecar already has are kept: a new token would replace
-        // the sidecar every up, a new CA every service (they trust the one they were given).
-        // A configuration af wrote that no longer reads is one the sidecar cannot serve either:
-        // it is replaced whole.
+        Ok((Addresses { sidecar, services }, changed))
+    }
+
+    /// The token and the capture CA the sidecar already has are kept: a new token would replace
+    /// the sidecar every up, a new CA every service (they trust the one they were given). A
+    /// configuration af wrote that no longer reads is one the sidecar cannot serve either: it is
+    /// replaced whole. An API error reading it stops `up` (`current_config`).
+    async fn sidecar_secrets(
+        &self,
+        namespace: &str,
+        environment: &Environment,
+    ) -> Result<SidecarSecrets, RuntimeError> {
         let current = self
-            .current_config(&name)
+            .current_config(namespace)
             .await?
             .and_then(|text| SidecarConfig::from_text(&text).ok());
         let token = match current.as_ref().and_then(SidecarConfig::inline_token) {
@@ -642,22 +673,24 @@ impl Runtime for KubeRuntime {
         } else {
             None
         };
-        // The machine's trust store, read only when there is a CA to bundle it with.
         let system_store = capture_ca
             .as_ref()
             .and_then(|_| af_runtime::capture_trust::system_bundle());
-        let capture = capture_ca.as_ref().map(|ca| CaptureInput {
-            ca,
-            with_system_store: system_store.is_some(),
-        });
-        let rendered = self.rendered(
-            &cluster,
-            environment,
-            &images,
-            (sidecar_ip, &service_ips),
-            (&token, capture),
-        )?;
-        changed |= af_runtime::run_step(progress, Step::Sidecar, "the egress sidecar", async {
+        Ok(SidecarSecrets {
+            token,
+            capture_ca,
+            system_store,
+        })
+    }
+
+    /// The sidecar's configuration and Deployment, waited ready. Whether anything was written.
+    async fn sidecar(
+        &self,
+        namespace: &str,
+        rendered: &Rendered,
+        progress: &dyn ProgressSink,
+    ) -> Result<bool, RuntimeError> {
+        af_runtime::run_step(progress, Step::Sidecar, "the egress sidecar", async {
             let wrote = self
                 .apply_all([
                     Object::Secret(rendered.sidecar_config.clone()),
@@ -665,23 +698,36 @@ impl Runtime for KubeRuntime {
                 ])
                 .await?;
             readiness::wait(
-                client.clone(),
-                &name,
+                self.client.clone(),
+                namespace,
                 &[SIDECAR.to_string()],
                 readiness::PATIENCE,
             )
             .await?;
             Ok::<_, RuntimeError>(wrote)
         })
-        .await?;
-        // The probe after the sidecar: its positive control is that it reaches the sidecar (a
-        // namespace with no working network would deny every route), and the sidecar runs no
-        // workload code. Nothing else runs before the verdict.
+        .await
+    }
+
+    /// The containment probe, after the sidecar: its positive control is that it reaches the
+    /// sidecar (a namespace with no working network would deny every route), and the sidecar runs
+    /// no workload code. Nothing else runs before the verdict, which is kept on the namespace.
+    async fn contain(
+        &self,
+        namespace: &str,
+        rendered: &Rendered,
+        progress: &dyn ProgressSink,
+    ) -> Result<(), RuntimeError> {
         let verdict = af_runtime::run_step(
             progress,
             Step::Probe,
             "every escape route, under a service's rules",
-            probe::run(client.clone(), &name, &rendered.probe, probe::PATIENCE),
+            probe::run(
+                self.client.clone(),
+                namespace,
+                &rendered.probe,
+                probe::PATIENCE,
+            ),
         )
         .await?;
         if verdict.window_ms > 0 {
@@ -692,7 +738,17 @@ impl Runtime for KubeRuntime {
                 ),
             });
         }
-        self.record_verdict(&rendered.namespace, &verdict).await?;
+        self.record_verdict(&rendered.namespace, &verdict).await
+    }
+
+    /// What the services read besides the manifest: the values they take from af's environment,
+    /// and the capture CA's trust bundle. Whether anything was written.
+    async fn service_values(
+        &self,
+        rendered: &Rendered,
+        system_store: Option<&str>,
+    ) -> Result<bool, RuntimeError> {
+        let mut changed = false;
         if let Some(secret) = &rendered.service_env {
             changed |= self
                 .apply_all([Object::Secret(Self::with_values(secret)?)])
@@ -700,20 +756,28 @@ impl Runtime for KubeRuntime {
         }
         if let Some(trust) = &rendered.capture_trust {
             changed |= self
-                .apply_all([Object::ConfigMap(with_bundle(
-                    trust,
-                    system_store.as_deref(),
-                ))])
+                .apply_all([Object::ConfigMap(with_bundle(trust, system_store))])
                 .await?;
         }
-        // The services in the waves `depends_on` makes, as the local runtime starts them: a
-        // service's migration once the services it depends on are ready, then the service, ready
-        // before the next wave.
+        Ok(changed)
+    }
+
+    /// The services in the waves `depends_on` makes, as the local runtime starts them: a
+    /// service's migration once the services it depends on are ready, then the service, ready
+    /// before the next wave. Whether anything was written.
+    async fn services(
+        &self,
+        namespace: &str,
+        rendered: &Rendered,
+        progress: &dyn ProgressSink,
+    ) -> Result<bool, RuntimeError> {
+        let client = self.client.clone();
+        let mut changed = false;
         for wave in rendered.waves() {
             for migration in &wave.migrations {
                 let detail = migration.metadata.name.clone().unwrap_or_default();
                 changed |= af_runtime::run_step(progress, Step::Migrations, &detail, {
-                    job::run(client.clone(), &name, migration, job::PATIENCE)
+                    job::run(client.clone(), namespace, migration, job::PATIENCE)
                 })
                 .await?;
             }
@@ -738,18 +802,29 @@ impl Runtime for KubeRuntime {
                 progress,
                 Step::Readiness,
                 &format!("every replica of {}", names.join(", ")),
-                readiness::wait(client.clone(), &name, &names, readiness::PATIENCE),
+                readiness::wait(client.clone(), namespace, &names, readiness::PATIENCE),
             )
             .await?;
         }
-        changed |= self
+        Ok(changed)
+    }
+
+    /// The ingresses; what an earlier manifest had and this one does not, removed once the
+    /// services it has are up (as the local runtime does); and, with a domain, each web service's
+    /// URL waited until the ingress routes it. Whether anything was written or removed.
+    async fn publish(
+        &self,
+        environment: &Environment,
+        namespace: &str,
+        rendered: &Rendered,
+        progress: &dyn ProgressSink,
+    ) -> Result<bool, RuntimeError> {
+        let mut changed = self
             .apply_all(rendered.ingresses.iter().cloned().map(Object::Ingress))
             .await?;
-        // What an earlier manifest had and this one does not: removed once the services it has
-        // are up, as the local runtime does.
         changed |= prune::remove_stale(
-            client.clone(),
-            &name,
+            self.client.clone(),
+            namespace,
             &environment.id,
             &prune::AFTER_SERVICES,
             &prune::desired(&rendered.in_apply_order()),
@@ -776,6 +851,130 @@ impl Runtime for KubeRuntime {
                 .await?;
             }
         }
+        Ok(changed)
+    }
+}
+
+/// The environment's status from what the API server holds: per service Deployment (the sidecar's
+/// is not a service), its ready replicas against its wanted ones, the limits of a running pod of
+/// it (what the cluster runs, not what was sent), and the hosts its Ingress routes; the verdict
+/// kept on the namespace.
+fn assemble_status(
+    id: &EnvironmentId,
+    containment: Option<af_runtime::ContainmentSummary>,
+    deployments: &[Deployment],
+    pods: &[Pod],
+    ingresses: &[Ingress],
+) -> EnvironmentStatus {
+    let services = deployments
+        .iter()
+        .filter(|d| d.metadata.name.as_deref() != Some(SIDECAR))
+        .map(|deployment| {
+            let service = deployment.metadata.name.clone().unwrap_or_default();
+            // The applied size, read off a running pod of the service: what the cluster runs,
+            // not what was sent.
+            let applied = pods
+                .iter()
+                .find(|p| {
+                    p.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(SERVICE_LABEL))
+                        == Some(&service)
+                })
+                .map(crate::fit::pod_limits);
+            let urls = ingresses
+                .iter()
+                .filter(|i| i.metadata.name.as_deref() == Some(service.as_str()))
+                .flat_map(|i| i.spec.clone().and_then(|s| s.rules).unwrap_or_default())
+                .filter_map(|rule| rule.host.map(|host| format!("http://{host}")))
+                .collect();
+            ServiceStatus {
+                name: service,
+                ready: u32::try_from(
+                    deployment
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.ready_replicas)
+                        .unwrap_or(0),
+                )
+                .unwrap_or(0),
+                wanted: u32::try_from(
+                    deployment
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.replicas)
+                        .unwrap_or(1),
+                )
+                .unwrap_or(0),
+                applied_cpu_millis: applied
+                    .and_then(|a| a.cpu_millis.map(|c| u64::try_from(c).unwrap_or(u64::MAX))),
+                applied_memory_bytes: applied
+                    .and_then(|a| a.memory_bytes.map(|m| u64::try_from(m).unwrap_or(u64::MAX))),
+                urls,
+            }
+        })
+        .collect();
+    EnvironmentStatus {
+        id: id.clone(),
+        services,
+        containment,
+    }
+}
+
+#[async_trait]
+impl Runtime for KubeRuntime {
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    /// `up` in the seed's order: the cluster, the images, the fit check, the namespace and its
+    /// policies, the Services' addresses, the sidecar, the containment probe, then the services
+    /// by waves, their ingresses, and what the manifest no longer has.
+    async fn up(
+        &self,
+        environment: &Environment,
+        progress: &dyn ProgressSink,
+    ) -> Result<UpReport, RuntimeError> {
+        self.refuse_unsupported(&environment.manifest)?;
+        af_runtime::require_env_values(&environment.manifest)?;
+        let cluster = self.which_cluster(progress).await?;
+        let images = af_runtime::run_step(
+            progress,
+            Step::Images,
+            "the services' images",
+            self.images(environment),
+        )
+        .await?;
+        let sized = self.fit(&cluster, environment, &images, progress).await?;
+        let name = self.namespace(&environment.id);
+        // Whether this up wrote anything beyond the probe's own pod and verdict.
+        let mut changed = self
+            .namespace_and_policies(environment, &images, &sized, progress)
+            .await?;
+        let (addresses, wrote) = self.service_addresses(&sized).await?;
+        changed |= wrote;
+        let secrets = self.sidecar_secrets(&name, environment).await?;
+        let capture = secrets.capture_ca.as_ref().map(|ca| CaptureInput {
+            ca,
+            with_system_store: secrets.system_store.is_some(),
+        });
+        let rendered = self.rendered(
+            &cluster,
+            environment,
+            &images,
+            (addresses.sidecar, &addresses.services),
+            (&secrets.token, capture),
+        )?;
+        changed |= self.sidecar(&name, &rendered, progress).await?;
+        self.contain(&name, &rendered, progress).await?;
+        changed |= self
+            .service_values(&rendered, secrets.system_store.as_deref())
+            .await?;
+        changed |= self.services(&name, &rendered, progress).await?;
+        changed |= self
+            .publish(environment, &name, &rendered, progress)
+            .await?;
         let status = self.status(&environment.id).await?;
         for service in &status.services {
             for url in &service.urls {
@@ -840,63 +1039,13 @@ impl Runtime for KubeRuntime {
             .map_err(|e| {
                 RuntimeError::platform_failed(format!("listing the Ingresses of {name}"), e)
             })?;
-        let services = deployments
-            .items
-            .iter()
-            .filter(|d| d.metadata.name.as_deref() != Some(SIDECAR))
-            .map(|deployment| {
-                let service = deployment.metadata.name.clone().unwrap_or_default();
-                // The applied size, read off a running pod of the service: what the cluster runs,
-                // not what was sent.
-                let applied = pods
-                    .items
-                    .iter()
-                    .find(|p| {
-                        p.metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get(SERVICE_LABEL))
-                            == Some(&service)
-                    })
-                    .map(crate::fit::pod_limits);
-                let urls = ingresses
-                    .items
-                    .iter()
-                    .filter(|i| i.metadata.name.as_deref() == Some(service.as_str()))
-                    .flat_map(|i| i.spec.clone().and_then(|s| s.rules).unwrap_or_default())
-                    .filter_map(|rule| rule.host.map(|host| format!("http://{host}")))
-                    .collect();
-                ServiceStatus {
-                    name: service,
-                    ready: u32::try_from(
-                        deployment
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.ready_replicas)
-                            .unwrap_or(0),
-                    )
-                    .unwrap_or(0),
-                    wanted: u32::try_from(
-                        deployment
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.replicas)
-                            .unwrap_or(1),
-                    )
-                    .unwrap_or(0),
-                    applied_cpu_millis: applied
-                        .and_then(|a| a.cpu_millis.map(|c| u64::try_from(c).unwrap_or(u64::MAX))),
-                    applied_memory_bytes: applied
-                        .and_then(|a| a.memory_bytes.map(|m| u64::try_from(m).unwrap_or(u64::MAX))),
-                    urls,
-                }
-            })
-            .collect();
-        Ok(EnvironmentStatus {
-            id: id.clone(),
-            services,
+        Ok(assemble_status(
+            id,
             containment,
-        })
+            &deployments.items,
+            &pods.items,
+            &ingresses.items,
+        ))
     }
 
     async fn net_log(
@@ -974,6 +1123,48 @@ impl Runtime for KubeRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_is_each_service_deployment_with_its_pods_limits_and_its_ingress_hosts() {
+        fn from<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+            serde_json::from_value(value).unwrap()
+        }
+        let deployments: Vec<Deployment> = vec![
+            from(
+                serde_json::json!({"metadata": {"name": "web"}, "spec": {"replicas": 2, "selector": {}, "template": {}}, "status": {"readyReplicas": 1}}),
+            ),
+            from(
+                serde_json::json!({"metadata": {"name": SIDECAR}, "spec": {"replicas": 1, "selector": {}, "template": {}}}),
+            ),
+            from(
+                serde_json::json!({"metadata": {"name": "worker"}, "spec": {"selector": {}, "template": {}}}),
+            ),
+        ];
+        let pods: Vec<Pod> = vec![from(serde_json::json!({
+            "metadata": {"name": "web-1", "labels": {SERVICE_LABEL: "web"}},
+            "spec": {"containers": [{"name": "web", "resources": {"limits": {"cpu": "250m", "memory": "128Mi"}}}]}
+        }))];
+        let ingresses: Vec<Ingress> = vec![from(serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"rules": [{"host": "shop-main-web.preview.example"}]}
+        }))];
+        let id = EnvironmentId::derive("shop", "main");
+        let status = assemble_status(&id, None, &deployments, &pods, &ingresses);
+        let names: Vec<&str> = status.services.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["web", "worker"], "the sidecar is not a service");
+        let web = &status.services[0];
+        assert_eq!((web.ready, web.wanted), (1, 2));
+        assert_eq!(
+            (web.applied_cpu_millis, web.applied_memory_bytes),
+            (Some(250), Some(128 << 20))
+        );
+        assert_eq!(web.urls, ["http://shop-main-web.preview.example"]);
+        let worker = &status.services[1];
+        assert_eq!(
+            (worker.ready, worker.wanted, worker.applied_cpu_millis),
+            (0, 1, None)
+        );
+    }
 
     #[test]
     fn a_rendering_failure_is_the_manifests_to_fix_or_afs_own_never_the_platforms() {
