@@ -309,7 +309,7 @@ const AFTER_FAILED_UP: &str = "anything this af up made before it stopped is lef
 fn report_error(err: &RuntimeError, json: bool, after_up: bool) {
     let left = after_up.then_some(AFTER_FAILED_UP);
     if json {
-        let mut error = serde_json::json!({"code": err.code().as_str(), "message": err.message(), "help": err.help(), "details": err});
+        let mut error = serde_json::json!({"code": err.code().as_str(), "category": err.category().as_str(), "message": err.message(), "help": err.help(), "details": err});
         if let Some(left) = left {
             error["left"] = left.into();
         }

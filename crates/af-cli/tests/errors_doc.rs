@@ -36,6 +36,18 @@ fn errors_md_documents_exactly_the_existing_codes() {
         documented, existing,
         "docs/errors.md headings vs the codes in the code"
     );
+    // Every runtime code is on its category's row, and on no other.
+    for code in RunCode::all() {
+        let rows: Vec<&str> = doc
+            .lines()
+            .filter(|l| l.starts_with("| `") && l.contains(code.as_str()))
+            .collect();
+        let expected = format!("| `{}` |", code.category().as_str());
+        assert!(
+            rows.len() == 1 && rows[0].starts_with(&expected),
+            "{code} must be on the {expected} row of the category table alone: {rows:?}"
+        );
+    }
     // Every runtime code has its exit status in the table: its own number, or 4 for the codes
     // without one (listed on that row).
     for code in RunCode::all() {

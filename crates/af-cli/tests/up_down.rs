@@ -299,6 +299,7 @@ fn a_kubernetes_up_says_which_context_and_cluster_it_changes_and_names_what_fail
         .find_map(|v| v.get("error").cloned())
         .unwrap_or_else(|| panic!("no error document in {up_json}"));
     assert_eq!(error["code"], "AF-RUN-001", "{error}");
+    assert_eq!(error["category"], "platform", "{error}");
     assert!(
         error["left"]
             .as_str()

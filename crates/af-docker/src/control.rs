@@ -5,7 +5,7 @@
 use af_runtime::{DecisionQuery, DecisionRecord, InboxEntry, WebhookDelivery, WebhookRequest};
 use af_sidecar_api::control_client;
 
-use crate::error::{DockerError, platform};
+use crate::error::{DockerError, internal, platform};
 use crate::sidecar::Sidecar;
 
 /// One request, answered whole; (status, body).
@@ -46,7 +46,7 @@ pub async fn trigger_webhook(
     sidecar: &Sidecar,
     webhook: &WebhookRequest,
 ) -> Result<WebhookDelivery, DockerError> {
-    let body = serde_json::to_string(webhook).map_err(|e| platform("writing the webhook", e))?;
+    let body = serde_json::to_string(webhook).map_err(|e| internal("writing the webhook", e))?;
     let (_, answer) = request(sidecar, "POST", "/v1/webhooks", &body).await?;
     control_client::read_delivery(&answer)
         .map_err(|e| platform("reading the webhook's delivery", e))

@@ -174,6 +174,7 @@ impl Starting<'_> {
                         });
                         service::wait_ready(
                             docker,
+                            &service.name,
                             &instance,
                             port,
                             service.health_path.as_deref(),

@@ -411,9 +411,10 @@ async fn answers(target: &str, health_path: Option<&str>) -> bool {
 }
 
 /// Waits until the instance's port accepts a connection from the host, failing fast (with its last
-/// log lines) when the application exits first.
+/// log lines) when the application exits first: AF-RUN-058, the service's own process ended.
 pub async fn wait_ready(
     docker: &Docker,
+    service: &str,
     instance: &Instance,
     port: u16,
     health_path: Option<&str>,
@@ -441,11 +442,17 @@ pub async fn wait_ready(
         if state.as_ref().and_then(|s| s.running) == Some(false) {
             let code = state.and_then(|s| s.exit_code).unwrap_or_default();
             let last_lines = last_log_lines(docker, &instance.app, 10).await;
-            return Err(platform(
-                format!("starting {}", instance.app),
-                format!(
-                    "it exited with status {code} before its port {port} opened; its last lines:\n{last_lines}"
-                ),
+            // The service's own process ended: its fault to fix, never the daemon's.
+            return Err(DockerError::Runtime(
+                af_runtime::RuntimeErrorKind::PodWillNotStart {
+                    workload: format!("service {service}"),
+                    pod: instance.app.clone(),
+                    cause: af_runtime::PodFailureKind::CrashLoop,
+                    detail: format!(
+                        "it exited with status {code} before its port {port} opened; its last lines:\n{last_lines}"
+                    ),
+                }
+                .into(),
             ));
         }
         if tokio::time::Instant::now() >= deadline {

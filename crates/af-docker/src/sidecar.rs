@@ -10,7 +10,7 @@ use af_sidecar_api::config::{ControlConfig, DnsConfig, Listeners, TlsCaptureConf
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
 
-use crate::error::{DockerError, platform};
+use crate::error::{DockerError, internal, platform};
 use crate::trust::CaptureCa;
 use crate::{names, networks, one_shot};
 
@@ -56,7 +56,7 @@ pub async fn find(docker: &Docker, env: &EnvironmentId) -> Result<Sidecar, Docke
             )
         })?;
     let config = SidecarConfig::from_text(&text)
-        .map_err(|e| platform(format!("reading {name}'s configuration"), e))?;
+        .map_err(|e| platform(format!("reading {name}'s configuration"), e.to_string()))?;
     let token = config
         .inline_token()
         .ok_or_else(|| {
@@ -229,7 +229,7 @@ pub async fn prepare(
 /// (and keeps its token, which the services never see but `af net log` reads back).
 fn spec_digest(spec: &SidecarSpec<'_>) -> Result<String, DockerError> {
     let policy_text = serde_json::to_string(spec.policy)
-        .map_err(|e| platform("writing the sidecar configuration", e))?;
+        .map_err(|e| internal("writing the sidecar configuration", e))?;
     let webhook_text = format!("{:?}", spec.webhooks);
     let ca_cert = spec.capture_ca.map_or("", |ca| ca.pem.cert.as_str());
     Ok(names::spec_digest(&[
@@ -259,7 +259,7 @@ pub fn body(
         spec.capture_ca,
     )
     .to_text()
-    .map_err(|e| platform("writing the sidecar configuration", e))?;
+    .map_err(|e| internal("writing the sidecar configuration", e))?;
     Ok(crate::plan::containers::sidecar(
         env,
         spec.image,

@@ -15,7 +15,7 @@ use bollard::models::{
     NetworkCreateRequest, NetworkingConfig,
 };
 
-use crate::error::{DockerError, platform};
+use crate::error::{DockerError, internal, platform};
 
 /// What the host runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +97,7 @@ fn server_config(any: IpAddr) -> Result<String, DockerError> {
     config.log = LogConfig::at("/tmp/decisions.jsonl");
     config
         .to_text()
-        .map_err(|e| platform("writing the outside host's configuration", e))
+        .map_err(|e| internal("writing the outside host's configuration", e))
 }
 
 /// What reached a [`Program::Server`] host: TCP connections accepted (on 3128 and 853) and DNS

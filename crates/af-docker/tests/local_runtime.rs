@@ -461,3 +461,53 @@ async fn a_cron_service_runs_on_its_schedule_and_down_removes_its_volume() {
         "down removes the engine volume: {volumes:?}"
     );
 }
+
+/// A service whose own process exits before its port opens stops `up` at once with AF-RUN-058 and
+/// the crash-loop cause: the service's to fix, with its status and last lines, never a platform
+/// failure whose advice is to check the daemon.
+#[tokio::test]
+async fn a_service_that_exits_before_its_port_opens_is_its_own_failure() {
+    let docker = af_docker::connect()
+        .await
+        .expect("these tests need the Docker daemon (CI runs one)");
+    let image = engine_image::ensure(&docker)
+        .await
+        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
+    let manifest = af_manifest::parse(
+        &format!(
+            "name: aftest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [no-such-subcommand]\n    port: 8080\n"
+        ),
+        "af.yaml",
+    )
+    .unwrap();
+    let id = EnvironmentId::derive("aftest", &format!("exits-{}", std::process::id()));
+    let environment = Environment {
+        id: id.clone(),
+        manifest,
+        manifest_dir: ".".into(),
+    };
+    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let up = runtime.up(&environment, &Collect(Default::default())).await;
+    runtime
+        .down(&id, &Collect(Default::default()))
+        .await
+        .unwrap();
+    let err = up.expect_err("a service that exits stops up");
+    assert_eq!(err.code(), af_runtime::RunCode::PodWillNotStart, "{err}");
+    let message = err.to_string();
+    assert!(message.contains("service web will not start"), "{message}");
+    assert!(
+        message.contains("exited with status 2 before its port 8080 opened"),
+        "{message}"
+    );
+    assert!(
+        message.contains("no-such-subcommand"),
+        "its last lines: {message}"
+    );
+    assert!(
+        err.help()
+            .contains("the service's own process keeps exiting"),
+        "{}",
+        err.help()
+    );
+}

@@ -109,7 +109,7 @@ impl crate::runtime::ImageWork for DockerImageWork {
 
     async fn load(&self, command: &[String]) -> Result<(), RuntimeError> {
         let failed = |detail: String| {
-            RuntimeError::platform_failed(
+            crate::error::unexpected(
                 format!("copying an image into the nodes ({})", command.join(" ")),
                 detail,
             )

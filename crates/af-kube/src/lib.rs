@@ -3,6 +3,7 @@
 //! written there. Applying them is a separate layer.
 
 pub mod apply;
+pub mod error;
 pub mod fit;
 pub mod images;
 pub mod render;

@@ -140,7 +140,7 @@ impl KubeRuntime {
             ..Default::default()
         };
         let kubeconfig = kube::config::Kubeconfig::read()
-            .map_err(|e| RuntimeError::platform_failed("reading the kubeconfig", e))?;
+            .map_err(|e| crate::error::unexpected("reading the kubeconfig", e))?;
         let chosen = context
             .map(str::to_string)
             .or(kubeconfig.current_context.clone())
@@ -155,14 +155,14 @@ impl KubeRuntime {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .map_err(|e| {
-                RuntimeError::platform_failed(format!("using kubeconfig context {chosen:?}"), e)
+                crate::error::unexpected(format!("using kubeconfig context {chosen:?}"), e)
             })?;
         let target = format!(
             "context {chosen} (cluster {cluster_name}, {})",
             config.cluster_url
         );
         let client = kube::Client::try_from(config)
-            .map_err(|e| RuntimeError::platform_failed("connecting to the cluster", e))?;
+            .map_err(|e| crate::error::api("connecting to the cluster", e))?;
         let mut runtime = KubeRuntime::new(
             client,
             &chosen,
@@ -327,7 +327,7 @@ impl KubeRuntime {
         }
         .and_then(|ip| ip.parse().ok())
         .ok_or_else(|| {
-            RuntimeError::platform_failed(
+            crate::error::unexpected(
                 format!(
                     "reading the ClusterIP of {}/{}",
                     service.metadata.namespace.as_deref().unwrap_or_default(),
@@ -359,7 +359,7 @@ impl KubeRuntime {
             .get_opt(crate::render::names::SIDECAR_CONFIG)
             .await
             .map_err(|e| {
-                RuntimeError::platform_failed(
+                crate::error::api(
                     format!(
                         "reading {namespace}/{}",
                         crate::render::names::SIDECAR_CONFIG
@@ -388,28 +388,28 @@ impl KubeRuntime {
         let sidecar = pods
             .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=sidecar")))
             .await
-            .map_err(|e| RuntimeError::platform_failed(operation.clone(), e))?
+            .map_err(|e| crate::error::api(operation.clone(), e))?
             .items
             .into_iter()
             .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .and_then(|p| p.metadata.name)
             .ok_or_else(|| {
-                RuntimeError::platform_failed(
+                crate::error::unexpected(
                     operation.clone(),
                     "no running sidecar pod (is the environment up?)",
                 )
             })?;
         // A configuration that cannot be read says why; one without a token says so.
         let text = self.current_config(&namespace).await?.ok_or_else(|| {
-            RuntimeError::platform_failed(
+            crate::error::unexpected(
                 operation.clone(),
                 "the sidecar has no configuration Secret (is the environment up?)",
             )
         })?;
         let config = SidecarConfig::from_text(&text)
-            .map_err(|e| RuntimeError::platform_failed(operation.clone(), e))?;
+            .map_err(|e| crate::error::unexpected(operation.clone(), e))?;
         let token = config.inline_token().map(str::to_string).ok_or_else(|| {
-            RuntimeError::platform_failed(
+            crate::error::unexpected(
                 operation.clone(),
                 "the sidecar's configuration has no token",
             )
@@ -417,18 +417,18 @@ impl KubeRuntime {
         let mut forward = pods
             .portforward(&sidecar, &[crate::render::ports::CONTROL])
             .await
-            .map_err(|e| RuntimeError::platform_failed(operation.clone(), e))?;
+            .map_err(|e| crate::error::api(operation.clone(), e))?;
         let stream = forward
             .take_stream(crate::render::ports::CONTROL)
             .ok_or_else(|| {
-                RuntimeError::platform_failed(operation.clone(), "the port-forward gave no stream")
+                crate::error::unexpected(operation.clone(), "the port-forward gave no stream")
             })?;
         let answer =
             af_sidecar_api::control_client::request(stream, &token, method, path, body).await;
         forward.abort();
         answer
             .map(|(_, body)| body)
-            .map_err(|e| RuntimeError::platform_failed(operation, e))
+            .map_err(|e| crate::error::unexpected(operation, e))
     }
 
     /// Keeps `verdict` on the namespace for `af status`.
@@ -455,7 +455,7 @@ impl KubeRuntime {
             .await
             .map(drop)
             .map_err(|e| {
-                RuntimeError::platform_failed(
+                crate::error::api(
                     format!("recording the containment verdict on namespace {name}"),
                     e,
                 )
@@ -659,14 +659,14 @@ impl KubeRuntime {
         let token = match current.as_ref().and_then(SidecarConfig::inline_token) {
             Some(token) => token.to_string(),
             None => af_sidecar_api::new_control_token()
-                .map_err(|e| RuntimeError::platform_failed("making the control token", e))?,
+                .map_err(|e| crate::error::unexpected("making the control token", e))?,
         };
         let capture_ca = if environment.manifest.egress.needs_capture_ca() {
             Some(
                 match current.as_ref().and_then(SidecarConfig::inline_capture_ca) {
                     Some(ca) => ca,
                     None => af_sidecar_api::new_ca(environment.id.as_str()).map_err(|e| {
-                        RuntimeError::platform_failed("making the environment's capture CA", e)
+                        crate::error::unexpected("making the environment's capture CA", e)
                     })?,
                 },
             )
@@ -1007,7 +1007,7 @@ impl Runtime for KubeRuntime {
         let namespace = Api::<Namespace>::all(self.client.clone())
             .get_opt(&name)
             .await
-            .map_err(|e| RuntimeError::platform_failed(format!("reading namespace {name}"), e))?;
+            .map_err(|e| crate::error::api(format!("reading namespace {name}"), e))?;
         let Some(namespace) = namespace
             .filter(|n| namespace::state_of(Some(n), id) != namespace::NamespaceState::Foreign)
         else {
@@ -1026,19 +1026,15 @@ impl Runtime for KubeRuntime {
         let deployments = Api::<Deployment>::namespaced(self.client.clone(), &name)
             .list(&ListParams::default().labels(af_runtime::MANAGED_LABEL))
             .await
-            .map_err(|e| {
-                RuntimeError::platform_failed(format!("listing the Deployments of {name}"), e)
-            })?;
+            .map_err(|e| crate::error::api(format!("listing the Deployments of {name}"), e))?;
         let pods = Api::<Pod>::namespaced(self.client.clone(), &name)
             .list(&ListParams::default().labels(&format!("{ROLE_LABEL}=service")))
             .await
-            .map_err(|e| RuntimeError::platform_failed(format!("listing the pods of {name}"), e))?;
+            .map_err(|e| crate::error::api(format!("listing the pods of {name}"), e))?;
         let ingresses = Api::<Ingress>::namespaced(self.client.clone(), &name)
             .list(&ListParams::default())
             .await
-            .map_err(|e| {
-                RuntimeError::platform_failed(format!("listing the Ingresses of {name}"), e)
-            })?;
+            .map_err(|e| crate::error::api(format!("listing the Ingresses of {name}"), e))?;
         Ok(assemble_status(
             id,
             containment,
@@ -1056,13 +1052,13 @@ impl Runtime for KubeRuntime {
         let path = af_sidecar_api::control_client::decisions_path(query);
         let body = self.control(id, "GET", &path, "").await?;
         af_sidecar_api::control_client::read_decisions(&body)
-            .map_err(|e| RuntimeError::platform_failed("reading the decision log", e))
+            .map_err(|e| crate::error::unexpected("reading the decision log", e))
     }
 
     async fn inbox(&self, id: &EnvironmentId) -> Result<Vec<af_runtime::InboxEntry>, RuntimeError> {
         let body = self.control(id, "GET", "/v1/inbox", "").await?;
         af_sidecar_api::control_client::read_inbox(&body)
-            .map_err(|e| RuntimeError::platform_failed("reading the inbox", e))
+            .map_err(|e| crate::error::unexpected("reading the inbox", e))
     }
 
     async fn trigger_webhook(
@@ -1071,10 +1067,10 @@ impl Runtime for KubeRuntime {
         request: &af_runtime::WebhookRequest,
     ) -> Result<af_runtime::WebhookDelivery, RuntimeError> {
         let body = serde_json::to_string(request)
-            .map_err(|e| RuntimeError::platform_failed("writing the webhook", e))?;
+            .map_err(|e| crate::error::internal("writing the webhook", e))?;
         let answer = self.control(id, "POST", "/v1/webhooks", &body).await?;
         af_sidecar_api::control_client::read_delivery(&answer)
-            .map_err(|e| RuntimeError::platform_failed("reading the webhook's delivery", e))
+            .map_err(|e| crate::error::unexpected("reading the webhook's delivery", e))
     }
 
     async fn logs(
@@ -1092,9 +1088,7 @@ impl Runtime for KubeRuntime {
                     .labels(&format!("{SERVICE_LABEL}={service},{ROLE_LABEL}=service")),
             )
             .await
-            .map_err(|e| {
-                RuntimeError::platform_failed(format!("listing the pods of {service}"), e)
-            })?;
+            .map_err(|e| crate::error::api(format!("listing the pods of {service}"), e))?;
         let mut streams = Vec::new();
         for pod in listed.items {
             let instance = pod.metadata.name.clone().unwrap_or_default();
@@ -1103,15 +1097,16 @@ impl Runtime for KubeRuntime {
                 follow,
                 ..Default::default()
             };
-            let reader = pods.log_stream(&instance, &params).await.map_err(|e| {
-                RuntimeError::platform_failed(format!("reading the log of {instance}"), e)
-            })?;
+            let reader = pods
+                .log_stream(&instance, &params)
+                .await
+                .map_err(|e| crate::error::api(format!("reading the log of {instance}"), e))?;
             let lines = reader.lines().map(move |line| {
                 line.map(|line| LogLine {
                     instance: instance.clone(),
                     line,
                 })
-                .map_err(|e| RuntimeError::platform_failed("reading a pod's log", e))
+                .map_err(|e| crate::error::unexpected("reading a pod's log", e))
             });
             streams.push(lines.boxed());
         }

@@ -184,7 +184,7 @@ async fn down_names_the_finalizers_of_a_namespace_that_stays_terminating() {
 }
 
 #[tokio::test]
-async fn a_forbidden_read_is_af_run_001_naming_what_was_read() {
+async fn a_forbidden_read_is_af_run_065_naming_what_was_read_and_how_to_check_the_permission() {
     let client = scripted(vec![(
         "GET",
         "/api/v1/namespaces/af-shop-main",
@@ -193,12 +193,15 @@ async fn a_forbidden_read_is_af_run_001_naming_what_was_read() {
             "code": 403, "message": "namespaces \"af-shop-main\" is forbidden: User \"dev\" cannot get resource"}),
     )]);
     let err = ensure(client, &ours(), &env(), quick()).await.unwrap_err();
-    assert_eq!(err.code(), RunCode::PlatformFailed);
+    assert_eq!(err.code(), RunCode::NotAllowed, "{err}");
+    assert_eq!(err.category(), af_runtime::Category::Manifest);
     assert!(
         err.to_string().contains("reading namespace af-shop-main")
-            && err.to_string().contains("forbidden"),
+            && err.to_string().contains("not allowed")
+            && err.to_string().contains("cannot get resource"),
         "{err}"
     );
+    assert!(err.help().contains("kubectl auth can-i"), "{}", err.help());
 }
 
 #[tokio::test]

@@ -59,9 +59,63 @@ pub enum RunCode {
     /// report, not something the manifest or the platform did.
     #[strum(serialize = "AF-RUN-064")]
     Internal,
+    /// The platform refused af's credentials or permissions for an operation (an API server's 401
+    /// or 403).
+    #[strum(serialize = "AF-RUN-065")]
+    NotAllowed,
+}
+
+/// Who can act on an error, the first thing a person (or a controller deciding whether to retry)
+/// needs to know of it.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, strum::EnumIter, strum::IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Category {
+    /// The platform (the Docker daemon, the API server, the cluster's nodes) failed or refused;
+    /// fix or free the platform, or retry.
+    Platform,
+    /// The manifest, or the environment af runs in, asks for something that cannot be done as
+    /// written; change it.
+    Manifest,
+    /// The environment could not be shown contained: nothing of it runs until it is.
+    Containment,
+    /// An object af would touch belongs to someone else; af never touches it.
+    Ownership,
+    /// af's own fault; report it.
+    Internal,
+}
+
+impl Category {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 impl RunCode {
+    /// Who can act on an error with this code.
+    pub fn category(self) -> Category {
+        match self {
+            RunCode::PlatformFailed
+            | RunCode::EngineImage
+            | RunCode::DoesNotFit
+            | RunCode::PodWillNotStart
+            | RunCode::ClusterTooOld => Category::Platform,
+            RunCode::Unsupported
+            | RunCode::EnvValueMissing
+            | RunCode::MigrationFailed
+            | RunCode::ImageBuildFailed
+            | RunCode::NeverReady
+            | RunCode::NotAllowed => Category::Manifest,
+            RunCode::ContainmentRefused
+            | RunCode::SidecarConfigInvalid
+            | RunCode::NetlockFailed => Category::Containment,
+            RunCode::NotOurs => Category::Ownership,
+            RunCode::Internal => Category::Internal,
+        }
+    }
+
     /// Every code, in number order.
     pub fn all() -> impl Iterator<Item = RunCode> {
         <RunCode as strum::IntoEnumIterator>::iter()
@@ -78,7 +132,8 @@ impl RunCode {
             | RunCode::MigrationFailed
             | RunCode::ImageBuildFailed
             | RunCode::NeverReady
-            | RunCode::Internal => 4,
+            | RunCode::Internal
+            | RunCode::NotAllowed => 4,
             RunCode::ContainmentRefused => 43,
             RunCode::Unsupported => 44,
             RunCode::NotOurs => 45,
@@ -279,6 +334,14 @@ pub enum RuntimeErrorKind {
         operation: String,
         detail: String,
     },
+    NotAllowed {
+        /// What af was doing (`creating namespace af-shop-main`).
+        operation: String,
+        /// 401 (credentials refused) or 403 (permission refused).
+        status: u16,
+        /// What the platform said.
+        detail: String,
+    },
 }
 
 /// An error from a runtime, carrying its code.
@@ -301,6 +364,11 @@ impl RuntimeError {
         .into()
     }
 
+    /// Who can act on it ([`RunCode::category`]).
+    pub fn category(&self) -> Category {
+        self.code().category()
+    }
+
     pub fn code(&self) -> RunCode {
         match self.kind {
             RuntimeErrorKind::PlatformFailed { .. } => RunCode::PlatformFailed,
@@ -318,6 +386,7 @@ impl RuntimeError {
             RuntimeErrorKind::ImageBuildFailed { .. } => RunCode::ImageBuildFailed,
             RuntimeErrorKind::NeverReady { .. } => RunCode::NeverReady,
             RuntimeErrorKind::Internal { .. } => RunCode::Internal,
+            RuntimeErrorKind::NotAllowed { .. } => RunCode::NotAllowed,
         }
     }
 
@@ -398,6 +467,16 @@ impl RuntimeError {
             RuntimeErrorKind::Internal { operation, detail } => {
                 format!("{operation} failed inside af: {detail}")
             }
+            RuntimeErrorKind::NotAllowed {
+                operation,
+                status: 401,
+                detail,
+            } => format!(
+                "{operation} was refused: the platform did not accept af's credentials: {detail}"
+            ),
+            RuntimeErrorKind::NotAllowed {
+                operation, detail, ..
+            } => format!("{operation} was refused: af's user is not allowed to do it: {detail}"),
         }
     }
 
@@ -429,6 +508,8 @@ impl RuntimeError {
             RuntimeErrorKind::ImageBuildFailed { context, .. } => format!("fix the build (the builder's last lines are above; `docker build {context}` shows all of it) and run af up again"),
             RuntimeErrorKind::NeverReady { .. } => "the service started and did not answer: read its output (af logs SERVICE), check that it listens on its port on every interface (0.0.0.0, not 127.0.0.1) and that its health_path answers 2xx; af down removes what was created".to_string(),
             RuntimeErrorKind::Internal { .. } => "this is af's fault, not the manifest's or the platform's: please report it with this message; af down removes what was created".to_string(),
+            RuntimeErrorKind::NotAllowed { status: 401, .. } => "the credentials of the kubeconfig context af uses were refused (expired, revoked or for another cluster): renew them (`kubectl get --raw /version` shows whether they work), then run the command again".to_string(),
+            RuntimeErrorKind::NotAllowed { .. } => "grant the kubeconfig context's user the permission the message names (`kubectl auth can-i VERB RESOURCE -n NAMESPACE` checks it; docs/runtimes.md lists what af needs), or use a context that has it, then run the command again".to_string(),
         }
     }
 }

@@ -22,8 +22,8 @@ pub use af_sidecar_api::records::{
 pub use capability::{Capabilities, Capability};
 pub use env_values::{missing_env_values, require_env_values};
 pub use error::{
-    FindingKind, NETLOCK_CAUSE_FOLLOWS, PodFailureKind, RouteFinding, RunCode, RuntimeError,
-    RuntimeErrorKind,
+    Category, FindingKind, NETLOCK_CAUSE_FOLLOWS, PodFailureKind, RouteFinding, RunCode,
+    RuntimeError, RuntimeErrorKind,
 };
 pub use progress::{ProgressEvent, ProgressSink, Step, run_step};
 pub use runtime::{

@@ -27,9 +27,9 @@ where
             "af may not list {what} on this cluster ({})",
             status.message
         ))),
-        Err(err) => Err(RuntimeError::platform_failed(
+        Err(err) => Err(crate::error::api(
             format!("listing {what} for the fit check"),
-            err.to_string(),
+            err,
         )),
     }
 }

@@ -33,10 +33,7 @@ pub async fn run(
     let started = tokio::time::Instant::now();
     loop {
         let current = jobs.get(&name).await.map_err(|e| {
-            RuntimeError::platform_failed(
-                format!("reading the migration Job {namespace}/{name}"),
-                e,
-            )
+            crate::error::api(format!("reading the migration Job {namespace}/{name}"), e)
         })?;
         let status = current.status.unwrap_or_default();
         if status.succeeded.unwrap_or(0) > 0 {
@@ -59,10 +56,7 @@ pub async fn run(
             .list(&ListParams::default().labels(&format!("job-name={name}")))
             .await
             .map_err(|e| {
-                RuntimeError::platform_failed(
-                    format!("listing the pods of Job {namespace}/{name}"),
-                    e,
-                )
+                crate::error::api(format!("listing the pods of Job {namespace}/{name}"), e)
             })?;
         for pod in &listed.items {
             if let Some(problem) = super::readiness::pod_problem(pod) {

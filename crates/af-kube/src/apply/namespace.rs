@@ -63,7 +63,7 @@ fn not_ours(name: &str) -> RuntimeError {
 async fn read(api: &Api<Namespace>, name: &str) -> Result<Option<Namespace>, RuntimeError> {
     api.get_opt(name)
         .await
-        .map_err(|e| RuntimeError::platform_failed(format!("reading namespace {name}"), e))
+        .map_err(|e| crate::error::api(format!("reading namespace {name}"), e))
 }
 
 /// Waits until `name` is gone; past `patience`, the error names the finalizers holding it.
@@ -84,7 +84,7 @@ async fn wait_gone(
                 tokio::time::sleep(patience.interval).await;
             }
             NamespaceState::Terminating { finalizers } => {
-                return Err(RuntimeError::platform_failed(
+                return Err(crate::error::unexpected(
                     format!("waiting for namespace {name} to be deleted"),
                     format!(
                         "it is still terminating after {} s, held by the finalizers {}; something they wait for is stuck (kubectl get namespace {name} -o yaml shows its conditions)",
@@ -98,7 +98,7 @@ async fn wait_gone(
                 ));
             }
             NamespaceState::Ours => {
-                return Err(RuntimeError::platform_failed(
+                return Err(crate::error::unexpected(
                     format!("waiting for namespace {name} to be deleted"),
                     "the cluster accepted the delete and has not started it",
                 ));
@@ -136,10 +136,7 @@ pub async fn ensure(
                 _ => Err(not_ours(&name)),
             }
         }
-        Err(err) => Err(RuntimeError::platform_failed(
-            format!("creating namespace {name}"),
-            err,
-        )),
+        Err(err) => Err(crate::error::api(format!("creating namespace {name}"), err)),
     }
 }
 
@@ -161,10 +158,7 @@ pub async fn delete(
             // Gone between the read and the delete.
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
             Err(err) => {
-                return Err(RuntimeError::platform_failed(
-                    format!("deleting namespace {name}"),
-                    err,
-                ));
+                return Err(crate::error::api(format!("deleting namespace {name}"), err));
             }
         },
     }

@@ -47,9 +47,7 @@ where
     )
     .await
     .map(|applied| (applied, true))
-    .map_err(|err| {
-        RuntimeError::platform_failed(format!("applying {} {name}", K::kind(&())), err.to_string())
-    })
+    .map_err(|err| crate::error::api(format!("applying {} {name}", K::kind(&())), err))
 }
 
 /// A Secret's `stringData` as `data`, which is how the cluster keeps and returns it: so a Secret

@@ -88,7 +88,7 @@ pub async fn run_to_output(
             .into());
         }
         Err(err) => {
-            return Err(RuntimeError::platform_failed(
+            return Err(crate::error::api(
                 format!("creating the probe pod {namespace}/{name}"),
                 err,
             ));
@@ -97,7 +97,7 @@ pub async fn run_to_output(
     let started = tokio::time::Instant::now();
     let finished = loop {
         let current = api.get(&name).await.map_err(|e| {
-            RuntimeError::platform_failed(format!("reading the probe pod {namespace}/{name}"), e)
+            crate::error::api(format!("reading the probe pod {namespace}/{name}"), e)
         })?;
         if let Some(problem) = super::readiness::pod_problem(&current) {
             let err =
@@ -128,7 +128,7 @@ pub async fn run_to_output(
         .and_then(|state| state.terminated.as_ref())
         .map_or(-1, |terminated| i64::from(terminated.exit_code));
     let output = api.logs(&name, &LogParams::default()).await.map_err(|e| {
-        RuntimeError::platform_failed(
+        crate::error::api(
             format!("reading the probe pod's verdict ({namespace}/{name})"),
             e,
         )
@@ -147,22 +147,23 @@ async fn remove(api: &Api<Pod>, name: &str) -> Result<(), RuntimeError> {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
         Err(err) => {
-            return Err(RuntimeError::platform_failed(
+            return Err(crate::error::api(
                 format!("removing the probe pod {name}"),
                 err,
             ));
         }
     }
     for _ in 0..60 {
-        let present = api.get_opt(name).await.map_err(|e| {
-            RuntimeError::platform_failed(format!("reading the probe pod {name}"), e)
-        })?;
+        let present = api
+            .get_opt(name)
+            .await
+            .map_err(|e| crate::error::api(format!("reading the probe pod {name}"), e))?;
         if present.is_none() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(RuntimeError::platform_failed(
+    Err(crate::error::unexpected(
         format!("removing the probe pod {name}"),
         "it is still there 30 s after its deletion",
     ))

@@ -124,7 +124,7 @@ impl Kinded<'_> {
             + std::fmt::Debug,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
-        let failed = |doing: String, err: kube::Error| RuntimeError::platform_failed(doing, err);
+        let failed = |doing: String, err: kube::Error| crate::error::api(doing, err);
         let found = api
             .list(&ListParams::default().labels(self.selector))
             .await

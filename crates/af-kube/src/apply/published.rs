@@ -56,7 +56,7 @@ pub async fn wait(
                 Ok(status) => format!("it still answers {status}"),
                 Err(why) => format!("it does not answer ({why})"),
             };
-            return Err(RuntimeError::platform_failed(
+            return Err(crate::error::unexpected(
                 format!("waiting for http://{host}{path} to be routed"),
                 format!(
                     "{seen} after {} s; the ingress controller has no route to the service (is the domain's wildcard record pointing at it?)",

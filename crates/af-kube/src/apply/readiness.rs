@@ -270,7 +270,7 @@ pub async fn wait(
         let mut waiting = Vec::new();
         for name in names {
             let deployment = deployments.get(name).await.map_err(|e| {
-                RuntimeError::platform_failed(format!("reading Deployment {namespace}/{name}"), e)
+                crate::error::api(format!("reading Deployment {namespace}/{name}"), e)
             })?;
             if !all_ready(&deployment) {
                 waiting.push((name.clone(), selector_of(&deployment)));
@@ -286,10 +286,7 @@ pub async fn wait(
                 .list(&ListParams::default().labels(selector))
                 .await
                 .map_err(|e| {
-                    RuntimeError::platform_failed(
-                        format!("listing the pods of {namespace}/{name}"),
-                        e,
-                    )
+                    crate::error::api(format!("listing the pods of {namespace}/{name}"), e)
                 })?;
             for pod in &listed.items {
                 if let Some(problem) = pod_problem(pod) {
@@ -302,10 +299,7 @@ pub async fn wait(
                 .list(&ListParams::default().labels(selector))
                 .await
                 .map_err(|e| {
-                    RuntimeError::platform_failed(
-                        format!("listing the ReplicaSets of {namespace}/{name}"),
-                        e,
-                    )
+                    crate::error::api(format!("listing the ReplicaSets of {namespace}/{name}"), e)
                 })?;
             if let Some((set, detail)) = sets
                 .items

@@ -42,7 +42,7 @@ pub async fn check(client: &kube::Client) -> Result<(), RuntimeError> {
     let info = client
         .apiserver_version()
         .await
-        .map_err(|e| RuntimeError::platform_failed("reading the API server's version", e))?;
+        .map_err(|e| crate::error::api("reading the API server's version", e))?;
     supported(&info.git_version)
 }
 
