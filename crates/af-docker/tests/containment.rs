@@ -12,7 +12,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use af_docker::{LocalRuntime, engine_image, names, networks, one_shot, sidecar};
+use af_docker::{LocalRuntime, names, networks, one_shot, sidecar};
 use af_manifest::EnvironmentId;
 use af_runtime::{Environment, ProgressEvent, ProgressSink, Runtime};
 use bollard::Docker;
@@ -88,12 +88,7 @@ fn manifest(name: &str, image: &str) -> af_manifest::Manifest {
 
 #[tokio::test]
 async fn nothing_gets_out_of_a_running_service_and_killing_the_sidecar_opens_nothing() {
-    let docker = af_docker::connect()
-        .await
-        .expect("these tests need the Docker daemon (CI runs one)");
-    let image = engine_image::ensure(&docker)
-        .await
-        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
+    let (docker, image) = support::daemon_and_engine().await;
     let public = Outside::create(&docker, &image, "bat-public", "203.0.113.0/24").await;
     let metadata =
         Outside::create_at(&docker, &image, "bat-metadata", "169.254.169.0/24", 254).await;

@@ -8,7 +8,9 @@
 //! no image but the one `up` builds. Every escape route points at test hosts (TEST-NET addresses
 //! that nothing on this machine answers, refused inside the service's namespace).
 
-use af_docker::{LocalRuntime, engine_image, names, teardown};
+mod support;
+
+use af_docker::{LocalRuntime, names, teardown};
 use af_manifest::EnvironmentId;
 use af_runtime::{Environment, ProgressEvent, ProgressSink, Runtime, Step};
 
@@ -59,12 +61,7 @@ fn targets() -> Vec<String> {
 
 #[tokio::test]
 async fn up_status_and_down_of_a_whole_environment() {
-    let docker = af_docker::connect()
-        .await
-        .expect("these tests need the Docker daemon (CI runs one)");
-    let image = engine_image::ensure(&docker)
-        .await
-        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
+    let (docker, image) = support::daemon_and_engine().await;
     let service_config = "environment: web\npolicy: {}\nlisten: {proxy: 0.0.0.0:8080}\ncontrol: {listen: 127.0.0.1:9901, token: web-token-0123456789}\nlog: {path: /tmp/web/decisions.jsonl}\n";
     let manifest = af_manifest::parse(
         &format!(
@@ -212,12 +209,7 @@ async fn up_status_and_down_of_a_whole_environment() {
 /// context whose build fails, named in the error.
 #[tokio::test]
 async fn services_are_built_from_their_context_and_a_failed_build_names_the_service() {
-    let docker = af_docker::connect()
-        .await
-        .expect("these tests need the Docker daemon (CI runs one)");
-    let image = engine_image::ensure(&docker)
-        .await
-        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
+    let (docker, image) = support::daemon_and_engine().await;
     let dir = std::env::temp_dir().join(format!("af-build-ctx-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("good")).unwrap();
     std::fs::create_dir_all(dir.join("bad")).unwrap();
@@ -290,12 +282,7 @@ async fn services_are_built_from_their_context_and_a_failed_build_names_the_serv
 /// lines, and the service never starts.
 #[tokio::test]
 async fn migrations_run_once_first_and_a_failure_stops_up() {
-    let docker = af_docker::connect()
-        .await
-        .expect("these tests need the Docker daemon (CI runs one)");
-    let image = engine_image::ensure(&docker)
-        .await
-        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
+    let (docker, image) = support::daemon_and_engine().await;
     let config = "environment: m\npolicy: {}\nlisten: {proxy: 0.0.0.0:8080}\ncontrol: {listen: 127.0.0.1:9901, token: m-token-0123456789ab}\nlog: {path: /tmp/m/log.jsonl}\n";
     let manifest = |migrate: &str| {
         af_manifest::parse(
@@ -398,12 +385,7 @@ async fn migrations_run_once_first_and_a_failure_stops_up() {
 /// The schedule is every minute, so this waits for the next minute to begin.
 #[tokio::test]
 async fn a_cron_service_runs_on_its_schedule_and_down_removes_its_volume() {
-    let docker = af_docker::connect()
-        .await
-        .expect("these tests need the Docker daemon (CI runs one)");
-    let image = engine_image::ensure(&docker)
-        .await
-        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
+    let (docker, image) = support::daemon_and_engine().await;
     let manifest = af_manifest::parse(
         &format!("name: aftest\nruntime: {{provider: local}}\nservices:\n  report:\n    image: {image}\n    command: [/af-proxy, --version]\n    cron: \"* * * * *\"\n"),
         "af.yaml",
@@ -467,12 +449,7 @@ async fn a_cron_service_runs_on_its_schedule_and_down_removes_its_volume() {
 /// failure whose advice is to check the daemon.
 #[tokio::test]
 async fn a_service_that_exits_before_its_port_opens_is_its_own_failure() {
-    let docker = af_docker::connect()
-        .await
-        .expect("these tests need the Docker daemon (CI runs one)");
-    let image = engine_image::ensure(&docker)
-        .await
-        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
+    let (docker, image) = support::daemon_and_engine().await;
     let manifest = af_manifest::parse(
         &format!(
             "name: aftest\nruntime: {{provider: local}}\nservices:\n  web:\n    image: {image}\n    args: [no-such-subcommand]\n    port: 8080\n"

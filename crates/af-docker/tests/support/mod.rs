@@ -7,6 +7,18 @@ use af_docker::test_hosts::{HostSpec, OutsideHost, Program};
 use af_manifest::EnvironmentId;
 use bollard::Docker;
 
+/// The daemon these tests need, and the engine image on it (built from the static `af-proxy`
+/// when missing).
+pub async fn daemon_and_engine() -> (Docker, String) {
+    let docker = af_docker::connect()
+        .await
+        .expect("these tests need the Docker daemon (CI runs one)");
+    let image = af_docker::engine_image::ensure(&docker)
+        .await
+        .expect("the engine image: run scripts/build-engine or set AF_PROXY_BINARY");
+    (docker, image)
+}
+
 /// The test's own "outside": an internal network with one host on it running the sidecar program
 /// as a TCP and DNS server ([`af_docker::test_hosts`]). Removed when dropped.
 pub struct Outside {
