@@ -1,24 +1,24 @@
-//! The local runtime on the Docker Engine API (bollard), the first pieces: the engine image built
-//! FROM scratch, the environment's networks, the containment probe under a service's rules,
-//! ownership by label (AF-RUN-045) and teardown by label.
+//! The local runtime on the Docker Engine API (bollard): the engine image built FROM scratch, the
+//! environment's networks, the containment probe under a service's rules, ownership by label
+//! (AF-RUN-045) and teardown by label.
+//!
+//! - [`plan`]: every object as data, from pure functions (golden files, a test per guarantee).
+//! - [`apply`]: the calls that send them and read back what the daemon decided.
+//! - [`runtime`]: `LocalRuntime`, `up` in named phases over both, and a pure status assembly.
 
-pub mod build;
-mod control;
-pub mod engine_image;
+pub mod apply;
 pub mod error;
-pub mod ingress;
 pub mod names;
-pub mod networks;
-pub mod one_shot;
 pub mod plan;
-pub mod probe;
 pub mod runtime;
-pub mod schedule;
-pub mod service;
-pub mod sidecar;
-pub mod teardown;
 pub mod test_hosts;
-pub mod trust;
+
+// The effect modules at the crate's root, where the conformance suite and the tests name them.
+use apply::control;
+pub use apply::{
+    build, engine_image, ingress, networks, one_shot, probe, schedule, service, sidecar, teardown,
+    trust,
+};
 
 pub use error::DockerError;
 pub use runtime::LocalRuntime;

@@ -14,8 +14,7 @@ use bollard::models::{
 
 use super::hardening::{confined, confined_read_only};
 use crate::names;
-use crate::one_shot::{HOLDER_ROOT, OneShot};
-use crate::service::Placement;
+use crate::plan::service::Placement;
 
 /// af's labels for `role` of `env`, with the specification digest when there is one.
 fn labels_with_spec(
@@ -95,7 +94,7 @@ pub struct Application<'a> {
 /// mounted but the engine volume (read-only, a scheduled service) and the capture CA's files
 /// (read-only).
 pub fn application(app: Application<'_>) -> ContainerCreateBody {
-    let (_, app_role) = crate::service::roles(&app.service.name, app.index);
+    let (_, app_role) = crate::plan::service::roles(&app.service.name, app.index);
     let resources = &app.service.resources;
     let mut host_config = HostConfig {
         nano_cpus: resources
@@ -109,7 +108,7 @@ pub fn application(app: Application<'_>) -> ContainerCreateBody {
         ..confined(&app.joined)
     };
     if let Some(volume) = app.engine_volume {
-        crate::schedule::mount(volume, &mut host_config);
+        crate::plan::schedule::mount(volume, &mut host_config);
     }
     if let Some(ca) = app.at.capture_ca {
         ca.mount(&mut host_config);
@@ -148,7 +147,7 @@ pub fn sidecar(
         cmd: Some(vec!["serve".to_string()]),
         env: Some(vec![format!(
             "{}{config_text}",
-            crate::sidecar::CONFIG_VARIABLE
+            crate::plan::sidecar::CONFIG_VARIABLE
         )]),
         labels: Some(labels_with_spec(env, "sidecar", Some(spec))),
         host_config: Some(HostConfig {
@@ -201,7 +200,7 @@ pub fn ingress(
         args.extend(["--to".to_string(), target.clone()]);
     }
     let exposed = format!("{port}/tcp");
-    let role = crate::ingress::role(service);
+    let role = crate::plan::ingress::role(service);
     let mut labels = labels_with_spec(env, &role, Some(spec));
     labels.insert(names::INGRESS_LABEL.to_string(), service.to_string());
     ContainerCreateBody {
@@ -258,3 +257,30 @@ pub fn inert(
         ..Default::default()
     }
 }
+
+/// A one-shot container's definition.
+#[derive(Debug, Clone, Default)]
+pub struct OneShot {
+    pub role: String,
+    pub image: String,
+    pub args: Vec<String>,
+    /// `network` name, or `container:<id>` to join another container's network namespace.
+    pub network_mode: String,
+    /// Replaces the image's entrypoint (a workload's migration command).
+    pub entrypoint: Option<Vec<String>>,
+    /// `NAME=value` variables.
+    pub env: Vec<String>,
+    /// Run as this user instead of the image's (the NET_ADMIN step runs as root regardless).
+    pub user: Option<String>,
+    /// `volume:path[:ro]` mounts.
+    pub binds: Vec<String>,
+}
+
+/// The holder's container runs as root, so that its one trusted step — the refusal rules, an
+/// `exec` as root ([`apply_refusal`]) — has NET_ADMIN; NET_ADMIN is the only capability it has,
+/// and its own process (`hold`) gives it up at start. Everything else runs in it as
+/// [`UNPRIVILEGED`] with no capability (Docker clears them for a non-root `exec`).
+pub const HOLDER_ROOT: &str = "0";
+
+/// The engine image's unprivileged user, as the probe and the gates run in a holder.
+pub const UNPRIVILEGED: &str = "1337:1337";

@@ -16,17 +16,22 @@
 
 pub mod containers;
 pub mod hardening;
+pub mod ingress;
 pub mod networks;
+pub mod schedule;
+pub mod service;
+pub mod sidecar;
+pub mod trust;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use af_manifest::{EgressPolicy, Manifest};
 use bollard::models::{ContainerCreateBody, NetworkCreateRequest};
+use service::Placement;
 
 use crate::error::DockerError;
-use crate::service::{self, Placement};
-use crate::{names, sidecar};
+use crate::names;
 
 /// Everything of an environment that the manifest does not say and the platform decides.
 #[derive(Clone, Copy)]
@@ -91,10 +96,10 @@ pub fn plan(manifest: &Manifest, inputs: &Inputs<'_>) -> Result<Plan, DockerErro
     )?;
     containers.insert(name, body);
     containers.insert(
-        crate::probe::holder(env),
+        probe_holder(env),
         containers::holder(containers::Holder {
             env,
-            role: crate::probe::HOLDER_ROLE,
+            role: PROBE_HOLDER_ROLE,
             engine_image: at.engine_image,
             network: at.internal,
             dns: None,
@@ -133,7 +138,7 @@ pub fn plan(manifest: &Manifest, inputs: &Inputs<'_>) -> Result<Plan, DockerErro
         let spec = service::instance_spec(at, service, image, &environment);
         let (entrypoint, cmd) = match &service.cron {
             Some(schedule) => (
-                Some(crate::schedule::entrypoint(
+                Some(crate::plan::schedule::entrypoint(
                     schedule,
                     inputs
                         .cron_commands
@@ -185,12 +190,12 @@ pub fn plan(manifest: &Manifest, inputs: &Inputs<'_>) -> Result<Plan, DockerErro
                 .map(|ip| ip.to_string())
                 .collect();
             let (name, body) =
-                crate::ingress::body(at, inputs.egress, &service.name, port, &addresses);
+                crate::plan::ingress::body(at, inputs.egress, &service.name, port, &addresses);
             containers.insert(name, body);
         }
     }
     if let Some(volume) = &engine_volume {
-        let install = crate::schedule::install(at.engine_image, volume);
+        let install = crate::plan::schedule::install(at.engine_image, volume);
         containers.insert(
             names::container(env, &install.role),
             containers::one_shot(env, &install),
@@ -206,13 +211,22 @@ pub fn plan(manifest: &Manifest, inputs: &Inputs<'_>) -> Result<Plan, DockerErro
     })
 }
 
+/// The role of the probe's holder: where the probe runs when every instance already runs (else it
+/// runs in the first fresh instance holder).
+pub const PROBE_HOLDER_ROLE: &str = "probe-holder";
+
+/// The probe's holder container of `env`.
+pub fn probe_holder(env: &af_manifest::EnvironmentId) -> String {
+    names::container(env, PROBE_HOLDER_ROLE)
+}
+
 /// The engine volume, when a service is scheduled.
 fn schedule_volume(manifest: &Manifest, env: &af_manifest::EnvironmentId) -> Option<String> {
     manifest
         .services
         .values()
         .any(|s| s.cron.is_some())
-        .then(|| crate::schedule::volume_name(env))
+        .then(|| crate::plan::schedule::volume_name(env))
 }
 
 /// Each service that takes webhooks, and its port.

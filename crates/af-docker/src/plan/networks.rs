@@ -44,3 +44,46 @@ pub fn egress(name: &str, env: &EnvironmentId) -> NetworkCreateRequest {
         ..Default::default()
     }
 }
+
+/// What a service's refusal rules need to know of its network: the environment's subnets, and
+/// the addresses in them that are the platform's own (the bridge's gateway: the host).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    pub subnets: Vec<String>,
+    pub gateways: Vec<String>,
+}
+
+impl Layout {
+    /// The arguments of `af-proxy refuse-outside` on this network.
+    pub fn refusal_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "refuse-outside".to_string(),
+            "--interface".to_string(),
+            "eth0".to_string(),
+        ];
+        for subnet in &self.subnets {
+            args.extend(["--subnet".to_string(), subnet.clone()]);
+        }
+        for gateway in &self.gateways {
+            args.extend(["--platform-side".to_string(), gateway.clone()]);
+        }
+        args
+    }
+}
+
+pub fn layout_of(configs: &[IpamConfig]) -> Layout {
+    let mut layout = Layout::default();
+    for config in configs {
+        let Some(subnet) = config.subnet.clone() else {
+            continue;
+        };
+        let gateway = config
+            .gateway
+            .clone()
+            .filter(|g| !g.is_empty())
+            .or_else(|| crate::plan::sidecar::host_in(&subnet, 1).map(|ip| ip.to_string()));
+        layout.gateways.extend(gateway);
+        layout.subnets.push(subnet);
+    }
+    layout
+}

@@ -2,18 +2,21 @@
 //! services' network, resolving through the sidecar, reachable by the service's name), the
 //! refusal rules, the startup gate, and only then the application container joining it.
 
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use af_manifest::{EnvValue, EnvironmentId, Service};
+use af_manifest::Service;
 use bollard::Docker;
 
 use crate::error::{DockerError, platform};
-use crate::one_shot::{self, OneShot};
+use crate::one_shot;
 use crate::plan::containers;
 use crate::sidecar::{DNS_PORT, PROXY_PORT};
-use crate::trust::CaptureCa;
 use crate::{names, schedule, sidecar};
+
+pub use crate::plan::service::{
+    MIGRATION_SPEC, Placement, environment, environment_with, instance_spec, migration,
+    migration_holder_role, roles,
+};
 
 /// A running instance.
 #[derive(Clone, Debug)]
@@ -24,33 +27,6 @@ pub struct Instance {
     pub ip: String,
 }
 
-/// Where everything a service instance needs is.
-#[derive(Clone, Copy, Debug)]
-pub struct Placement<'a> {
-    pub env: &'a EnvironmentId,
-    pub engine_image: &'a str,
-    pub internal: &'a str,
-    /// The services' network: its subnets and the platform's own addresses in them.
-    pub layout: &'a crate::networks::Layout,
-    /// The sidecar's address on the services' network (fixed before the sidecar exists, so
-    /// instances can be prepared while the probe runs).
-    pub sidecar_ip: Ipv4Addr,
-    pub gate_targets: &'a [String],
-    /// The `NO_PROXY` list every service gets: loopback and the environment's service names.
-    pub no_proxy: &'a str,
-    /// The environment's capture CA, when its egress captures anything: every application and
-    /// migration container gets its files and is told to trust it.
-    pub capture_ca: Option<&'a CaptureCa>,
-}
-
-/// The role names of instance `index` of `service`.
-pub fn roles(service: &str, index: u32) -> (String, String) {
-    (
-        format!("{service}-{index}-holder"),
-        format!("{service}-{index}"),
-    )
-}
-
 /// Between the rounds of the startup gate and of the probe. Their defaults (500 ms, 250 ms) leave
 /// time for a policy engine that enforces eventually (a CNI on Kubernetes); here nothing is
 /// eventual: the internal network is fixed when created, and the refusal rules are applied, and
@@ -58,90 +34,9 @@ pub fn roles(service: &str, index: u32) -> (String, String) {
 /// (At the probe's 250 ms, `af up` paid half a second for rounds that could not differ.)
 pub(crate) const ROUND_INTERVAL_MS: &str = "10";
 
-/// The environment a service's process gets: its own variables (references resolved from af's
-/// environment), then the proxy settings, which always point at the sidecar.
-pub fn environment(
-    service: &Service,
-    sidecar_ip: &str,
-    no_proxy: &str,
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Vec<String>, DockerError> {
-    let mut out = Vec::new();
-    for (name, value) in service
-        .env
-        .iter()
-        .filter(|(name, _)| !af_runtime::PROXY_VARIABLES.contains(&name.as_str()))
-    {
-        let value = match value {
-            EnvValue::Literal(text) => text.clone(),
-            // Checked before anything was created; unset since then.
-            EnvValue::FromEnv(source) => lookup(source).ok_or_else(|| {
-                DockerError::Runtime(
-                    af_runtime::RuntimeErrorKind::EnvValueMissing {
-                        missing: vec![format!("{}'s {name} from {source}", service.name)],
-                    }
-                    .into(),
-                )
-            })?,
-        };
-        out.push(format!("{name}={value}"));
-    }
-    let proxy = format!("http://{sidecar_ip}:{PROXY_PORT}");
-    for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-        out.push(format!("{name}={proxy}"));
-    }
-    out.push(format!("NO_PROXY={no_proxy}"));
-    out.push(format!("no_proxy={no_proxy}"));
-    Ok(out)
-}
-
-/// [`environment`] for `service` placed at `at`, references read with `lookup`, and the variables
-/// that make it trust the capture CA (but those it sets itself).
-pub fn environment_with(
-    at: Placement<'_>,
-    service: &Service,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<String>, DockerError> {
-    let mut out = environment(service, &at.sidecar_ip.to_string(), at.no_proxy, lookup)?;
-    if let Some(ca) = at.capture_ca {
-        out.extend(ca.variables(|name| service.env.contains_key(name)));
-    }
-    Ok(out)
-}
-
 /// [`environment_with`] af's own environment.
 fn environment_at(at: Placement<'_>, service: &Service) -> Result<Vec<String>, DockerError> {
     environment_with(at, service, &|name| std::env::var(name).ok())
-}
-
-/// Everything an instance is made from, as a digest; unchanged, a second `up` keeps the instance as
-/// it runs.
-pub fn instance_spec(
-    at: Placement<'_>,
-    service: &Service,
-    image: &str,
-    environment: &[String],
-) -> String {
-    names::spec_digest(&[
-        image,
-        at.engine_image,
-        at.internal,
-        &at.sidecar_ip.to_string(),
-        &format!(
-            "{:?} {:?} {:?} {:?} {:?}",
-            service.command,
-            service.args,
-            service.migrate,
-            service.cron.as_ref().map(|c| c.as_str()),
-            environment
-        ),
-        &format!("{:?} {:?}", service.resources.cpu, service.resources.memory),
-        &format!("{:?}", at.layout),
-        at.capture_ca.map_or("", |ca| ca.pem.cert.as_str()),
-        // The instance carries its service's replica count (status reads it back), so a new
-        // count is a new specification.
-        &service.replicas.to_string(),
-    ])
 }
 
 /// The first half of a pod, which needs nothing of the sidecar but its address: the holder (on the
@@ -317,35 +212,6 @@ async fn create_app(
     one_shot::create(docker, &app, body, &[]).await
 }
 
-/// The role of the holder a service's migration runs in.
-pub fn migration_holder_role(service: &str) -> String {
-    format!("{service}-migrate-holder")
-}
-
-/// The specification label of a migration's holder: it is never kept, so it needs no digest.
-pub const MIGRATION_SPEC: &str = "migration";
-
-/// The one-shot that runs `service`'s migration `command` from `image`, in its holder's namespace,
-/// with the service's environment and the capture CA's files.
-pub fn migration(
-    at: Placement<'_>,
-    service: &Service,
-    image: &str,
-    command: &[String],
-    env: Vec<String>,
-) -> OneShot {
-    let holder = names::container(at.env, &migration_holder_role(&service.name));
-    OneShot {
-        role: format!("{}-migrate", service.name),
-        image: image.to_string(),
-        network_mode: format!("container:{holder}"),
-        entrypoint: Some(command.to_vec()),
-        env,
-        binds: at.capture_ca.map(CaptureCa::bind).into_iter().collect(),
-        ..Default::default()
-    }
-}
-
 /// Runs the service's `migrate` command once, to completion, before its instances start: in a pod
 /// of its own under exactly a service's rules (holder, refusal rules, gate). Never retried — a
 /// half-applied migration is worse than a refused one — so a failure stops `up` with the
@@ -488,40 +354,4 @@ pub async fn last_log_lines(docker: &Docker, container: &str, count: usize) -> S
         .map(|l| format!("  {l}"))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn references_are_resolved_and_the_proxy_always_points_at_the_sidecar() {
-        let manifest = af_manifest::parse(
-            "name: app\nruntime: {provider: local}\nservices:\n  web:\n    image: x\n    env:\n      LOG: info\n      API_TOKEN: {from_env: HOST_TOKEN}\n      HTTP_PROXY: http://elsewhere:1\n",
-            "af.yaml",
-        )
-        .unwrap();
-        let web = &manifest.services["web"];
-        let env = environment(web, "172.20.0.2", &af_runtime::no_proxy(["web"]), |name| {
-            (name == "HOST_TOKEN").then(|| "t0k3n".to_string())
-        })
-        .unwrap();
-        assert!(env.contains(&"LOG=info".to_string()));
-        assert!(env.contains(&"API_TOKEN=t0k3n".to_string()));
-        let proxy: Vec<&String> = env
-            .iter()
-            .filter(|v| v.starts_with("HTTP_PROXY="))
-            .collect();
-        assert_eq!(
-            proxy,
-            vec!["HTTP_PROXY=http://172.20.0.2:3128"],
-            "only the sidecar's setting"
-        );
-        assert!(
-            env.contains(&"NO_PROXY=localhost,127.0.0.1,web".to_string()),
-            "services reach each other directly: {env:?}"
-        );
-        let missing = environment(web, "172.20.0.2", "", |_| None).unwrap_err();
-        assert!(missing.to_string().contains("HOST_TOKEN"), "{missing}");
-    }
 }

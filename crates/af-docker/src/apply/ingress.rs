@@ -4,16 +4,12 @@
 //! reach them); the services themselves still have no route out.
 
 use bollard::Docker;
-use bollard::models::ContainerCreateBody;
 
 use crate::error::{DockerError, platform};
 use crate::service::Placement;
 use crate::{names, one_shot};
 
-/// The ingress role of a service.
-pub fn role(service: &str) -> String {
-    format!("{service}-ingress")
-}
+pub use crate::plan::ingress::{body, role};
 
 /// Starts (or keeps, when unchanged) the ingress of `service`, relaying `port` to `instances`;
 /// returns its URL and whether anything changed.
@@ -39,37 +35,6 @@ pub async fn start(
     one_shot::clear(docker, &name, env).await?;
     one_shot::create_and_start(docker, &name, body, &[internal]).await?;
     Ok((url(docker, &name, port).await?, true))
-}
-
-/// The ingress of `service` relaying `port` to `instances`: its name and create body
-/// ([`crate::plan::containers::ingress`]).
-pub fn body(
-    at: Placement<'_>,
-    egress: &str,
-    service: &str,
-    port: u16,
-    instances: &[String],
-) -> (String, ContainerCreateBody) {
-    let targets: Vec<String> = instances.iter().map(|ip| format!("{ip}:{port}")).collect();
-    let spec = names::spec_digest(&[
-        at.engine_image,
-        at.internal,
-        egress,
-        &port.to_string(),
-        &targets.join(","),
-    ]);
-    (
-        names::container(at.env, &role(service)),
-        crate::plan::containers::ingress(
-            at.env,
-            service,
-            at.engine_image,
-            egress,
-            port,
-            &targets,
-            &spec,
-        ),
-    )
 }
 
 /// The URL an ingress publishes for `port`.

@@ -12,6 +12,8 @@ use bollard::models::IpamConfig;
 use crate::error::{DockerError, platform};
 use crate::names;
 
+pub use crate::plan::networks::{Layout, layout_of};
+
 /// Refuses a network named `name` that exists without af's label for `env`. `Ok(true)` when it
 /// exists and is ours.
 pub async fn check_owned(
@@ -117,53 +119,10 @@ pub async fn list(docker: &Docker, env: &EnvironmentId) -> Result<Vec<String>, D
         .collect())
 }
 
-/// What a service's refusal rules need to know of its network: the environment's subnets, and
-/// the addresses in them that are the platform's own (the bridge's gateway: the host).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Layout {
-    pub subnets: Vec<String>,
-    pub gateways: Vec<String>,
-}
-
-impl Layout {
-    /// The arguments of `af-proxy refuse-outside` on this network.
-    pub fn refusal_args(&self) -> Vec<String> {
-        let mut args = vec![
-            "refuse-outside".to_string(),
-            "--interface".to_string(),
-            "eth0".to_string(),
-        ];
-        for subnet in &self.subnets {
-            args.extend(["--subnet".to_string(), subnet.clone()]);
-        }
-        for gateway in &self.gateways {
-            args.extend(["--platform-side".to_string(), gateway.clone()]);
-        }
-        args
-    }
-}
-
 /// A network's subnets and gateways. Docker reports each subnet's gateway; one it does not report
 /// is Docker's default, the subnet's first address.
 pub async fn layout(docker: &Docker, name: &str) -> Result<Layout, DockerError> {
     Ok(layout_of(&ipam(docker, name).await?))
-}
-
-fn layout_of(configs: &[IpamConfig]) -> Layout {
-    let mut layout = Layout::default();
-    for config in configs {
-        let Some(subnet) = config.subnet.clone() else {
-            continue;
-        };
-        let gateway = config
-            .gateway
-            .clone()
-            .filter(|g| !g.is_empty())
-            .or_else(|| crate::sidecar::host_in(&subnet, 1).map(|ip| ip.to_string()));
-        layout.gateways.extend(gateway);
-        layout.subnets.push(subnet);
-    }
-    layout
 }
 
 /// What `up` needs to know of the services' network's addresses, from one inspection.

@@ -9,6 +9,8 @@ use crate::error::DockerError;
 use crate::networks;
 use crate::one_shot;
 
+pub use crate::plan::{PROBE_HOLDER_ROLE as HOLDER_ROLE, probe_holder as holder};
+
 /// Probe flags passed through from af's own environment, so a test (or a user) can point the
 /// routes at its own hosts: `AF_PROBE_PUBLIC_TCP`, `AF_PROBE_PUBLIC_DNS`, `AF_PROBE_METADATA`,
 /// `AF_PROBE_METADATA_V6`, `AF_PROBE_PLATFORM_API`.
@@ -43,14 +45,6 @@ pub fn sidecar_args(sidecar_ip: std::net::Ipv4Addr) -> Vec<String> {
         "--sidecar-dns".to_string(),
         format!("{sidecar_ip}:{}", crate::sidecar::DNS_PORT),
     ]
-}
-
-/// The role of the probe's holder.
-pub(crate) const HOLDER_ROLE: &str = "probe-holder";
-
-/// The probe's holder container of `env`.
-pub fn holder(env: &EnvironmentId) -> String {
-    crate::names::container(env, HOLDER_ROLE)
 }
 
 /// Runs the probe as a service would run on `network`: in a holder's namespace with the refusal

@@ -14,30 +14,14 @@ use futures_util::StreamExt;
 use crate::error::{DockerError, platform};
 use crate::names;
 
+pub use crate::plan::containers::{HOLDER_ROOT, OneShot, UNPRIVILEGED};
+
 /// What ran, and what it printed.
 #[derive(Debug, Clone)]
 pub struct Finished {
     pub exit_code: i64,
     pub stdout: String,
     pub stderr: String,
-}
-
-/// A one-shot container's definition.
-#[derive(Debug, Clone, Default)]
-pub struct OneShot {
-    pub role: String,
-    pub image: String,
-    pub args: Vec<String>,
-    /// `network` name, or `container:<id>` to join another container's network namespace.
-    pub network_mode: String,
-    /// Replaces the image's entrypoint (a workload's migration command).
-    pub entrypoint: Option<Vec<String>>,
-    /// `NAME=value` variables.
-    pub env: Vec<String>,
-    /// Run as this user instead of the image's (the NET_ADMIN step runs as root regardless).
-    pub user: Option<String>,
-    /// `volume:path[:ro]` mounts.
-    pub binds: Vec<String>,
 }
 
 /// af's container `name` of `env` as the daemon reports it, `None` when there is none; one with
@@ -346,14 +330,6 @@ pub async fn start_holder(
     create_and_start(docker, &name, body, &[]).await?;
     Ok(name)
 }
-
-/// The holder's container runs as root, so that its one trusted step — the refusal rules, an
-/// `exec` as root ([`apply_refusal`]) — has NET_ADMIN; NET_ADMIN is the only capability it has,
-/// and its own process (`hold`) gives it up at start. Everything else runs in it as
-/// [`UNPRIVILEGED`] with no capability (Docker clears them for a non-root `exec`).
-pub const HOLDER_ROOT: &str = "0";
-/// The engine image's unprivileged user, as the probe and the gates run in a holder.
-pub const UNPRIVILEGED: &str = "1337:1337";
 
 /// Applies the refusal rules (`args`: `refuse-outside ...`) in `holder`'s namespace: an `exec` as
 /// root, with the holder's one capability, NET_ADMIN. A refusal that did not apply is AF-RUN-051.

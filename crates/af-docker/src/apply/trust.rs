@@ -6,48 +6,19 @@
 //! reaches the sidecar in its configuration.
 
 use af_manifest::EnvironmentId;
-use af_runtime::capture_trust::{self, BUNDLE_FILE_NAME, CA_FILE_NAME, CaptureCaPem, TRUST_DIR};
+use af_runtime::capture_trust::{self, BUNDLE_FILE_NAME, CA_FILE_NAME, CaptureCaPem};
 use bollard::Docker;
-use bollard::models::{HostConfig, VolumeCreateRequest};
+use bollard::models::VolumeCreateRequest;
 
 use crate::error::{DockerError, platform};
 use crate::{names, one_shot};
+
+pub use crate::plan::trust::CaptureCa;
 
 const CERT_LABEL: &str = "dev.antifailure.capture-ca.cert";
 const KEY_LABEL: &str = "dev.antifailure.capture-ca.key";
 /// Whether the bundle holds the machine's trust store too (see `capture_trust::variables`).
 const SYSTEM_STORE_LABEL: &str = "dev.antifailure.capture-ca.system-store";
-
-/// The environment's capture CA and where services find it.
-#[derive(Clone, Debug)]
-pub struct CaptureCa {
-    pub volume: String,
-    pub pem: CaptureCaPem,
-    pub with_system_store: bool,
-}
-
-impl CaptureCa {
-    /// The variables a service gets, `NAME=value`, but those its manifest sets itself.
-    pub fn variables(&self, manifest_sets: impl Fn(&str) -> bool) -> Vec<String> {
-        capture_trust::variables(self.with_system_store, manifest_sets)
-            .into_iter()
-            .map(|(name, value)| format!("{name}={value}"))
-            .collect()
-    }
-
-    /// The read-only mount of the CA's files, as a bind.
-    pub fn bind(&self) -> String {
-        format!("{}:{TRUST_DIR}:ro", self.volume)
-    }
-
-    /// Adds [`CaptureCa::bind`] to a container's host configuration.
-    pub fn mount(&self, host_config: &mut HostConfig) {
-        host_config
-            .binds
-            .get_or_insert_with(Vec::new)
-            .push(self.bind());
-    }
-}
 
 /// The environment's capture CA: the one its volume carries, or a new one in a new volume.
 pub async fn ensure(

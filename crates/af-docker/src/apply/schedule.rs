@@ -4,16 +4,15 @@
 //! service's container, in its namespace and under its rules, and nothing gets more reach than the
 //! job itself.
 
-use af_manifest::{CronSchedule, EnvironmentId, Service};
+use af_manifest::{EnvironmentId, Service};
 use bollard::Docker;
-use bollard::models::{HostConfig, VolumeCreateRequest};
+use bollard::models::VolumeCreateRequest;
 
 use crate::error::{DockerError, platform};
 use crate::names;
-use crate::one_shot::{self, OneShot};
+use crate::one_shot;
 
-/// Where the engine binary is mounted in a scheduled service's container.
-pub const MOUNT: &str = "/af";
+pub use crate::plan::schedule::{MOUNT, entrypoint, install, mount, volume_name};
 
 /// The environment's engine volume, created and filled when missing.
 pub async fn ensure_engine_volume(
@@ -55,44 +54,6 @@ pub async fn ensure_engine_volume(
     Ok(volume)
 }
 
-/// The environment's engine volume: the engine binary, mounted read-only into every scheduled
-/// service's container.
-pub fn volume_name(env: &EnvironmentId) -> String {
-    format!("af-{env}-engine")
-}
-
-/// The one-shot that copies the engine binary into `volume`: as root (the volume is root's), on
-/// no network.
-pub fn install(engine_image: &str, volume: &str) -> OneShot {
-    OneShot {
-        role: "engine-install".to_string(),
-        image: engine_image.to_string(),
-        args: vec![
-            "install".to_string(),
-            "--to".to_string(),
-            "/engine/af-proxy".to_string(),
-        ],
-        network_mode: "none".to_string(),
-        user: Some("0".to_string()),
-        binds: vec![format!("{volume}:/engine")],
-        ..Default::default()
-    }
-}
-
-/// The entrypoint of a scheduled service's container: the engine's scheduler, then the service's
-/// own command (the manifest's, else the image's).
-pub fn entrypoint(schedule: &CronSchedule, command: Vec<String>) -> Vec<String> {
-    let mut out = vec![
-        format!("{MOUNT}/af-proxy"),
-        "cron".to_string(),
-        "--schedule".to_string(),
-        schedule.as_str().to_string(),
-        "--".to_string(),
-    ];
-    out.extend(command);
-    out
-}
-
 /// The command a service runs: its `command` and `args`, or what its image would run.
 pub async fn command_of(
     docker: &Docker,
@@ -122,34 +83,4 @@ pub async fn command_of(
             .unwrap_or_default(),
     );
     Ok(command)
-}
-
-/// The mount of the engine volume, read-only, for a scheduled service's container.
-pub fn mount(volume: &str, host_config: &mut HostConfig) {
-    host_config
-        .binds
-        .get_or_insert_with(Vec::new)
-        .push(format!("{volume}:{MOUNT}:ro"));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_scheduler_wraps_the_services_command() {
-        let schedule = af_manifest::parse_cron("0 3 * * *").unwrap();
-        assert_eq!(
-            entrypoint(&schedule, vec!["/shop".into(), "report".into()]),
-            [
-                "/af/af-proxy",
-                "cron",
-                "--schedule",
-                "0 3 * * *",
-                "--",
-                "/shop",
-                "report"
-            ]
-        );
-    }
 }
