@@ -550,7 +550,8 @@ mod tests {
                 "AF-RUN-061",
                 "AF-RUN-062",
                 "AF-RUN-063",
-                "AF-RUN-064"
+                "AF-RUN-064",
+                "AF-RUN-065"
             ]
         );
     }
