@@ -36,10 +36,11 @@ impl KubeError {
     /// Who can act on it: a refusal of af's credentials (401) or permissions (403) is the
     /// person's to grant; anything else the API server did is the platform's.
     pub fn category(&self) -> Category {
-        RuntimeError::from(self.clone_kind()).category()
+        RuntimeError::from(self.runtime_kind()).category()
     }
 
-    fn clone_kind(&self) -> RuntimeErrorKind {
+    /// The AF-RUN error it is.
+    fn runtime_kind(&self) -> RuntimeErrorKind {
         match self {
             KubeError::Api { operation, source } => match self.api_status() {
                 Some(status @ (401 | 403)) => RuntimeErrorKind::NotAllowed {
@@ -66,7 +67,7 @@ impl KubeError {
 
 impl From<KubeError> for RuntimeError {
     fn from(err: KubeError) -> RuntimeError {
-        err.clone_kind().into()
+        err.runtime_kind().into()
     }
 }
 

@@ -5,7 +5,10 @@
 //!
 //! - [`hardening`]: what every container gives up, written once.
 //! - [`containers`]: one builder per kind of container; the runtime sends exactly these.
-//! - [`networks`]: the two networks' create requests.
+//! - [`networks`]: the two networks' create requests, and the layout the refusal rules read.
+//! - [`service`], [`sidecar`], [`ingress`], [`schedule`], [`trust`]: the decisions behind each
+//!   kind's body — names, a service's environment, specification digests, the sidecar's typed
+//!   configuration, the scheduler's entrypoint, the capture CA's mounts and variables.
 //! - [`plan`]: the whole environment from the builders, given what the platform decides (the
 //!   subnet, the instances' addresses, the scheduled images' commands).
 //!
