@@ -1,0 +1,21 @@
+//! What marks a sandbox as a ticket's, set when it is created and readable by anything that can
+//! list the platform's objects — the reaper (a later issue) finds sandboxes without the store.
+
+/// The ticket a sandbox (and its volume) belongs to; everything of a ticket is removed by it.
+pub const TICKET: &str = "afe.ticket";
+/// Who manages it, in Kubernetes' recommended label.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "afe");
+/// The signature it was made with ([`crate::SandboxSpec::signature`]).
+pub const SIGNATURE: &str = "afe.signature";
+/// Its lifecycle state as the engine last set it (`open`, `removing`).
+pub const STATE: &str = "afe.state";
+
+/// The labels of `ticket`'s sandbox made with `signature`.
+pub fn for_ticket(ticket: &str, signature: &str) -> Vec<(String, String)> {
+    vec![
+        (TICKET.to_string(), ticket.to_string()),
+        (MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string()),
+        (SIGNATURE.to_string(), signature.to_string()),
+        (STATE.to_string(), "open".to_string()),
+    ]
+}
