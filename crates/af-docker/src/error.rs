@@ -75,20 +75,6 @@ impl DockerError {
             DockerError::Runtime(err) => err.category(),
         }
     }
-
-    /// The daemon's HTTP status, when the daemon answered with one.
-    pub fn daemon_status(&self) -> Option<u16> {
-        match self {
-            DockerError::Platform {
-                cause:
-                    Cause::Daemon(bollard::errors::Error::DockerResponseServerError {
-                        status_code, ..
-                    }),
-                ..
-            } => Some(*status_code),
-            _ => None,
-        }
-    }
 }
 
 impl From<DockerError> for RuntimeError {
@@ -121,7 +107,16 @@ mod tests {
                 message: "network with name af-x-internal already exists".into(),
             },
         );
-        assert_eq!(refused.daemon_status(), Some(409));
+        assert!(matches!(
+            refused,
+            DockerError::Platform {
+                cause: Cause::Daemon(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 409,
+                    ..
+                }),
+                ..
+            }
+        ));
         assert_eq!(refused.category(), Category::Platform);
         let runtime = RuntimeError::from(refused);
         assert_eq!(runtime.code(), af_runtime::RunCode::PlatformFailed);
@@ -135,7 +130,6 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(unexpected.daemon_status(), None);
 
         let ours = internal(
             "writing the sidecar configuration",

@@ -14,7 +14,7 @@ use crate::sidecar::{DNS_PORT, PROXY_PORT};
 use crate::{names, schedule, sidecar};
 
 pub use crate::plan::service::{
-    MIGRATION_SPEC, Placement, environment, environment_with, instance_spec, migration,
+    MIGRATION_SPEC, Placement, entry, environment, environment_with, instance_spec, migration,
     migration_holder_role, roles,
 };
 
@@ -50,15 +50,7 @@ async fn hold_with_rules(
     alias: Option<&str>,
     spec: &str,
 ) -> Result<String, DockerError> {
-    let body = containers::holder(containers::Holder {
-        env: at.env,
-        role: holder_role,
-        engine_image: at.engine_image,
-        network: at.internal,
-        dns: Some(at.sidecar_ip),
-        alias,
-        spec: Some(spec),
-    });
+    let body = containers::pod_holder(at, holder_role, alias, spec);
     one_shot::create_and_start(docker, holder, body, &[]).await?;
     one_shot::apply_refusal(docker, holder, &at.layout.refusal_args()).await?;
     Ok(format!("container:{holder}"))
@@ -184,19 +176,16 @@ async fn create_app(
     let (_, app_role) = roles(&service.name, index);
     let app = names::container(at.env, &app_role);
     let environment = environment_at(at, service)?;
-    // A scheduled service runs the engine's scheduler around its own command.
-    let (entrypoint, cmd, volume) = match &service.cron {
-        Some(schedule) => {
-            let volume = schedule::ensure_engine_volume(docker, at.env, at.engine_image).await?;
-            let command = schedule::command_of(docker, service, image).await?;
-            (
-                Some(schedule::entrypoint(schedule, command)),
-                Some(Vec::new()),
-                Some(volume),
-            )
-        }
-        None => (service.command.clone(), service.args.clone(), None),
+    // A scheduled service runs the engine's scheduler, from the engine volume, around its own
+    // command.
+    let (volume, cron_command) = match &service.cron {
+        Some(_) => (
+            Some(schedule::ensure_engine_volume(docker, at.env, at.engine_image).await?),
+            Some(schedule::command_of(docker, service, image).await?),
+        ),
+        None => (None, None),
     };
+    let (entrypoint, cmd) = entry(service, cron_command);
     let body = containers::application(containers::Application {
         at,
         service,

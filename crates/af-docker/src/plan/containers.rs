@@ -71,6 +71,25 @@ pub fn holder(holder: Holder<'_>) -> ContainerCreateBody {
     }
 }
 
+/// The holder of a service's pod (an instance's, or its migration's): on the services' network,
+/// resolving through the sidecar, reachable as `alias` (the service's name) when given.
+pub fn pod_holder(
+    at: Placement<'_>,
+    role: &str,
+    alias: Option<&str>,
+    spec: &str,
+) -> ContainerCreateBody {
+    holder(Holder {
+        env: at.env,
+        role,
+        engine_image: at.engine_image,
+        network: at.internal,
+        dns: Some(at.sidecar_ip),
+        alias,
+        spec: Some(spec),
+    })
+}
+
 /// An application container: instance `index` of `service`.
 #[derive(Clone, Debug)]
 pub struct Application<'a> {
@@ -277,7 +296,7 @@ pub struct OneShot {
 }
 
 /// The holder's container runs as root, so that its one trusted step — the refusal rules, an
-/// `exec` as root ([`apply_refusal`]) — has NET_ADMIN; NET_ADMIN is the only capability it has,
+/// `exec` as root (`one_shot::apply_refusal`) — has NET_ADMIN; NET_ADMIN is the only capability it has,
 /// and its own process (`hold`) gives it up at start. Everything else runs in it as
 /// [`UNPRIVILEGED`] with no capability (Docker clears them for a non-root `exec`).
 pub const HOLDER_ROOT: &str = "0";

@@ -91,7 +91,7 @@ pub fn plan(manifest: &Manifest, inputs: &Inputs<'_>) -> Result<Plan, DockerErro
 
     let webhooks = webhook_targets(manifest);
     let (name, body) = sidecar_body(
-        manifest.egress.clone(),
+        &manifest.egress,
         at,
         inputs.control_token,
         &webhooks,
@@ -112,7 +112,7 @@ pub fn plan(manifest: &Manifest, inputs: &Inputs<'_>) -> Result<Plan, DockerErro
     );
     for service in manifest.services_in_start_order() {
         let image = inputs.images.get(&service.name).ok_or_else(|| {
-            crate::error::platform(
+            crate::error::internal(
                 format!("planning {}", service.name),
                 "it has no image reference",
             )
@@ -122,15 +122,7 @@ pub fn plan(manifest: &Manifest, inputs: &Inputs<'_>) -> Result<Plan, DockerErro
             let holder_role = service::migration_holder_role(&service.name);
             containers.insert(
                 names::container(env, &holder_role),
-                containers::holder(containers::Holder {
-                    env,
-                    role: &holder_role,
-                    engine_image: at.engine_image,
-                    network: at.internal,
-                    dns: Some(at.sidecar_ip),
-                    alias: None,
-                    spec: Some(service::MIGRATION_SPEC),
-                }),
+                containers::pod_holder(at, &holder_role, None, service::MIGRATION_SPEC),
             );
             let spec = service::migration(at, service, image, command, environment.clone());
             containers.insert(
@@ -139,34 +131,14 @@ pub fn plan(manifest: &Manifest, inputs: &Inputs<'_>) -> Result<Plan, DockerErro
             );
         }
         let spec = service::instance_spec(at, service, image, &environment);
-        let (entrypoint, cmd) = match &service.cron {
-            Some(schedule) => (
-                Some(crate::plan::schedule::entrypoint(
-                    schedule,
-                    inputs
-                        .cron_commands
-                        .get(&service.name)
-                        .cloned()
-                        .unwrap_or_default(),
-                )),
-                Some(Vec::new()),
-            ),
-            None => (service.command.clone(), service.args.clone()),
-        };
+        let (entrypoint, cmd) =
+            service::entry(service, inputs.cron_commands.get(&service.name).cloned());
         for index in 0..service.replicas {
             let (holder_role, app_role) = service::roles(&service.name, index);
             let holder = names::container(env, &holder_role);
             containers.insert(
                 holder.clone(),
-                containers::holder(containers::Holder {
-                    env,
-                    role: &holder_role,
-                    engine_image: at.engine_image,
-                    network: at.internal,
-                    dns: Some(at.sidecar_ip),
-                    alias: Some(&service.name),
-                    spec: Some(&spec),
-                }),
+                containers::pod_holder(at, &holder_role, Some(&service.name), &spec),
             );
             containers.insert(
                 names::container(env, &app_role),
@@ -243,7 +215,7 @@ pub fn webhook_targets(manifest: &Manifest) -> Vec<(String, u16)> {
 
 /// The sidecar's name and create body.
 fn sidecar_body(
-    policy: EgressPolicy,
+    policy: &EgressPolicy,
     at: Placement<'_>,
     token: &str,
     webhooks: &[(String, u16)],
@@ -253,7 +225,7 @@ fn sidecar_body(
         image: at.engine_image,
         internal: at.internal,
         egress,
-        policy: &policy,
+        policy,
         webhooks,
         capture_ca: at.capture_ca,
     };

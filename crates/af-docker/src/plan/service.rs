@@ -119,6 +119,25 @@ pub fn instance_spec(
     ])
 }
 
+/// The application container's entrypoint and command: the manifest's `command` and `args`, or,
+/// for a scheduled service, the engine's scheduler around `cron_command` (the command it runs: its
+/// own, or its image's).
+pub fn entry(
+    service: &Service,
+    cron_command: Option<Vec<String>>,
+) -> (Option<Vec<String>>, Option<Vec<String>>) {
+    match &service.cron {
+        Some(schedule) => (
+            Some(crate::plan::schedule::entrypoint(
+                schedule,
+                cron_command.unwrap_or_default(),
+            )),
+            Some(Vec::new()),
+        ),
+        None => (service.command.clone(), service.args.clone()),
+    }
+}
+
 /// The role of the holder a service's migration runs in.
 pub fn migration_holder_role(service: &str) -> String {
     format!("{service}-migrate-holder")
