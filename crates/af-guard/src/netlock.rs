@@ -40,6 +40,9 @@ pub struct NetlockReport {
     /// The addresses a pod's lock lets packets go to (`--only-to`); empty for a sandbox's lock.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub only_to: Vec<String>,
+    /// Loopback addresses refused to every uid but the proxy's (a sandbox's lock only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused_local: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,12 +126,17 @@ fn ipv6_disabled() -> bool {
         .map_or(true, |v| v.trim() == "1")
 }
 
-/// Locks the current network namespace for `proxy_uid`, or says precisely why it could not.
-pub fn apply(proxy_uid: u32) -> Result<NetlockReport, NetlockError> {
+/// Locks the current network namespace for `proxy_uid`, with `refused_local` (loopback
+/// addresses that forward outside) refused to every other uid, or says precisely why it could not.
+pub fn apply(
+    proxy_uid: u32,
+    refused_local: &[std::net::IpAddr],
+) -> Result<NetlockReport, NetlockError> {
     refuse_gvisor()?;
     Ok(NetlockReport {
         proxy_uid: Some(proxy_uid),
-        ..apply_both(|family| plan(family, proxy_uid))?
+        refused_local: refused_local.iter().map(ToString::to_string).collect(),
+        ..apply_both(|family| plan(family, proxy_uid, refused_local))?
     })
 }
 
@@ -166,6 +174,7 @@ fn apply_both(plan_for: impl Fn(Family) -> String) -> Result<NetlockReport, Netl
         ipv4,
         ipv6,
         only_to: Vec::new(),
+        refused_local: Vec::new(),
     })
 }
 

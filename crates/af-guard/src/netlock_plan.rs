@@ -30,13 +30,40 @@ impl Family {
 
 /// The rules for one family, in `iptables-restore` format, written exactly as `iptables-save`
 /// prints them so that reading them back can be compared line for line.
-pub fn plan(family: Family, proxy_uid: u32) -> String {
+///
+/// `refused_local` are addresses reached through loopback that are not the sandbox's own and must
+/// not serve its workload: Docker puts its embedded resolver on 127.0.0.11 in every container on a
+/// user-defined network, and that resolver forwards any name to the outside. They are refused to
+/// every socket but the proxy's (which resolves allowed names), before loopback is let through.
+pub fn plan(family: Family, proxy_uid: u32, refused_local: &[std::net::IpAddr]) -> String {
+    let mut first = Vec::new();
+    for address in refused_local {
+        let Some(host) = host_in(family, address) else {
+            continue;
+        };
+        let others = format!("-m owner ! --uid-owner {proxy_uid}");
+        first.push(format!(
+            "-A OUTPUT -d {host} -p tcp {others} -j REJECT --reject-with tcp-reset"
+        ));
+        first.push(format!("-A OUTPUT -d {host} {others} -j DROP"));
+    }
     output_lock(
         family,
+        &first,
         &[format!(
             "-A OUTPUT -m owner --uid-owner {proxy_uid} -j ACCEPT"
         )],
     )
+}
+
+/// `address` as `iptables-save` writes a host of `family` (`/32`, `/128`); none when it is of the
+/// other family.
+fn host_in(family: Family, address: &std::net::IpAddr) -> Option<String> {
+    match (address, family) {
+        (std::net::IpAddr::V4(a), Family::V4) => Some(format!("{a}/32")),
+        (std::net::IpAddr::V6(a), Family::V6) => Some(format!("{a}/128")),
+        _ => None,
+    }
 }
 
 /// The netlock plan of an `af` service's pod on Kubernetes (`runtime.netlock`): every outgoing
@@ -49,23 +76,16 @@ pub fn plan(family: Family, proxy_uid: u32) -> String {
 pub fn pod_plan(family: Family, allowed: &[std::net::IpAddr]) -> String {
     // A connection the pod opened was refused by its first packet, so it never gets here.
     let mut accepted = vec!["-A OUTPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT".to_string()];
-    for address in allowed {
-        match (address, family) {
-            (std::net::IpAddr::V4(a), Family::V4) => {
-                accepted.push(format!("-A OUTPUT -d {a}/32 -j ACCEPT"));
-            }
-            (std::net::IpAddr::V6(a), Family::V6) => {
-                accepted.push(format!("-A OUTPUT -d {a}/128 -j ACCEPT"));
-            }
-            _ => {}
-        }
+    for host in allowed.iter().filter_map(|a| host_in(family, a)) {
+        accepted.push(format!("-A OUTPUT -d {host} -j ACCEPT"));
     }
-    output_lock(family, &accepted)
+    output_lock(family, &[], &accepted)
 }
 
 /// The whole filter table of a lock: nothing routed, every outgoing packet dropped but on loopback,
-/// IPv6's neighbour discovery, and the `accepted` rules; TCP refused with a local reset.
-fn output_lock(family: Family, accepted: &[String]) -> String {
+/// IPv6's neighbour discovery, and the `accepted` rules; TCP refused with a local reset. `first`
+/// comes before everything, loopback included.
+fn output_lock(family: Family, first: &[String], accepted: &[String]) -> String {
     let mut lines = vec![
         "*filter".to_string(),
         ":INPUT ACCEPT [0:0]".to_string(),
@@ -74,8 +94,9 @@ fn output_lock(family: Family, accepted: &[String]) -> String {
         // Everything not accepted below is dropped; a dropped locally-generated datagram fails the
         // sending call at once (EPERM).
         ":OUTPUT DROP [0:0]".to_string(),
-        "-A OUTPUT -o lo -j ACCEPT".to_string(),
     ];
+    lines.extend(first.iter().cloned());
+    lines.push("-A OUTPUT -o lo -j ACCEPT".to_string());
     if family == Family::V6 {
         // Neighbour discovery is sent by the kernel, owned by no socket; without it the proxy's own
         // IPv6 connections could not find their next hop. No workload socket can send these
@@ -201,8 +222,8 @@ mod tests {
             )
             .unwrap()
         };
-        assert_eq!(plan(Family::V4, 1337), golden("netlock-v4.rules"));
-        assert_eq!(plan(Family::V6, 1337), golden("netlock-v6.rules"));
+        assert_eq!(plan(Family::V4, 1337, &[]), golden("netlock-v4.rules"));
+        assert_eq!(plan(Family::V6, 1337, &[]), golden("netlock-v6.rules"));
     }
 
     #[test]
@@ -264,12 +285,40 @@ mod tests {
 
     #[test]
     fn the_proxy_uid_is_configurable() {
-        assert!(plan(Family::V4, 4242).contains("--uid-owner 4242 -j ACCEPT"));
+        assert!(plan(Family::V4, 4242, &[]).contains("--uid-owner 4242 -j ACCEPT"));
+    }
+
+    /// Docker's embedded resolver sits on loopback and forwards outside: refused to everyone but
+    /// the proxy, before loopback is let through, each family with its own addresses.
+    #[test]
+    fn refused_local_addresses_come_before_loopback() {
+        let refused: Vec<std::net::IpAddr> =
+            vec!["127.0.0.11".parse().unwrap(), "fd00::11".parse().unwrap()];
+        let v4 = plan(Family::V4, 1337, &refused);
+        let lines: Vec<&str> = v4.lines().collect();
+        let at = |rule: &str| lines.iter().position(|l| *l == rule).unwrap();
+        let tcp = "-A OUTPUT -d 127.0.0.11/32 -p tcp -m owner ! --uid-owner 1337 -j REJECT --reject-with tcp-reset";
+        let rest = "-A OUTPUT -d 127.0.0.11/32 -m owner ! --uid-owner 1337 -j DROP";
+        assert!(
+            at(tcp) < at(rest) && at(rest) < at("-A OUTPUT -o lo -j ACCEPT"),
+            "{v4}"
+        );
+        assert!(!v4.contains("fd00::11"));
+        let v6 = plan(Family::V6, 1337, &refused);
+        assert!(v6.contains("-A OUTPUT -d fd00::11/128 -m owner ! --uid-owner 1337 -j DROP"));
+        assert!(!v6.contains("127.0.0.11"));
+        let unrefused = plan(Family::V4, 1337, &[]);
+        let stripped: String = v4
+            .lines()
+            .filter(|l| !l.contains("127.0.0.11"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(stripped, unrefused, "nothing else changes");
     }
 
     #[test]
     fn drift_is_seen_through_comments_and_counters() {
-        let planned = plan(Family::V4, 1337);
+        let planned = plan(Family::V4, 1337, &[]);
         let saved = format!(
             "# Generated by iptables-save\n{}# Completed\n",
             planned.replace(":OUTPUT DROP [0:0]", ":OUTPUT DROP [17:1020]")

@@ -6,6 +6,8 @@
 //! - `refuse-outside`: make a silently-dropping platform network refuse visibly, in a service's
 //!   namespace.
 //! - `hold`: keep a pod's network namespace open.
+//! - `connect`: relay standard input and output to a TCP address (the afe worker's way to a ticket
+//!   proxy's control API, through an exec).
 //! - `relay`: publish a web service's port to the host through an ingress.
 //! - `cron`, `install`: run a scheduled service's command on its schedule, from a copy of this
 //!   binary.
@@ -76,6 +78,10 @@ enum Command {
         /// An address packets may go to (repeat for several).
         #[arg(long = "only-to")]
         only_to: Vec<std::net::IpAddr>,
+        /// A loopback address refused to every uid but the proxy's: a platform resolver that
+        /// forwards outside (Docker's embedded DNS, 127.0.0.11). Repeat for several.
+        #[arg(long = "refuse-local", conflicts_with = "only_to")]
+        refuse_local: Vec<std::net::IpAddr>,
     },
     /// Refuse, visibly, every packet leaving through INTERFACE for anywhere outside the
     /// environment's subnets (a reset for TCP, EPERM for the rest), where the platform's network
@@ -113,6 +119,10 @@ enum Command {
         #[arg(long = "to", required = true)]
         targets: Vec<SocketAddr>,
     },
+    /// Connect to ADDRESS and relay standard input and output to it until it closes: how the afe
+    /// worker reaches a ticket proxy's control API (on the sandbox's loopback) through an exec,
+    /// the one door into a sandbox it has, on Docker as on Kubernetes.
+    Connect { address: SocketAddr },
     /// Wait until the sidecar answers and every escape route is denied, several rounds in a row.
     Gate {
         /// The sidecar's proxy address.
@@ -263,9 +273,14 @@ fn main() -> ExitCode {
             };
             serve(loaded)
         }
-        Command::Netlock { proxy_uid, only_to } if only_to.is_empty() => {
-            netlock(af_guard::netlock::apply(proxy_uid), "this sandbox")
-        }
+        Command::Netlock {
+            proxy_uid,
+            only_to,
+            refuse_local,
+        } if only_to.is_empty() => netlock(
+            af_guard::netlock::apply(proxy_uid, &refuse_local),
+            "this sandbox",
+        ),
         Command::Netlock { only_to, .. } => {
             netlock(af_guard::netlock::apply_pod(&only_to), "this pod")
         }
@@ -296,6 +311,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Relay { listen, targets } => relay(listen, targets),
+        Command::Connect { address } => connect(address),
         Command::Gate {
             sidecar_proxy,
             sidecar_dns,
@@ -397,6 +413,39 @@ fn print_verdict(verdict: &impl serde::Serialize, passed: bool) -> ExitCode {
     }
 }
 
+/// A runtime on this thread alone, for a subcommand that serves one thing.
+fn single_threaded() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()
+}
+
+/// Relays standard input and output to `address` until the connection ends.
+fn connect(address: SocketAddr) -> ExitCode {
+    let Some(runtime) = single_threaded() else {
+        return ExitCode::FAILURE;
+    };
+    runtime.block_on(async {
+        let mut upstream = match tokio::net::TcpStream::connect(address).await {
+            Ok(upstream) => upstream,
+            Err(err) => {
+                eprintln!("af-proxy connect: cannot connect to {address}: {err}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut stdio = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
+        // Standard input's end half-closes the connection; the answer is read to its end.
+        match tokio::io::copy_bidirectional(&mut stdio, &mut upstream).await {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("af-proxy connect: {address}: {err}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
 /// Accepts on `listen` and splices each connection to the next target in turn.
 fn relay(listen: SocketAddr, targets: Vec<SocketAddr>) -> ExitCode {
     let Ok(runtime) = tokio::runtime::Runtime::new() else {
@@ -443,10 +492,7 @@ fn hold() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
+    let Some(runtime) = single_threaded() else {
         return ExitCode::FAILURE;
     };
     runtime.block_on(async {

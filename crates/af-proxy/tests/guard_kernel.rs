@@ -786,3 +786,62 @@ fn proxy_config() -> String {
         .unwrap();
     path.display().to_string()
 }
+
+/// A resolver the platform puts on the sandbox's loopback (Docker's embedded DNS at 127.0.0.11,
+/// which forwards any name outside) is refused to the workload by `--refuse-local`, over UDP and
+/// TCP, judged where the packets would land; the proxy's uid still reaches it (positive
+/// control), and the workload still reaches its own loopback.
+#[test]
+fn netlock_refuses_a_forwarding_resolver_on_loopback_to_the_workload() {
+    static LOCAL: [(&str, &str, &str); 3] = [
+        ("embedded-dns", "dns", "127.0.0.11:53"),
+        ("embedded-dns-tcp", "tcp", "127.0.0.11:53"),
+        ("own-loopback", "tcp", "127.0.0.1:5390"),
+    ];
+    let world = World::new("r");
+    let local = world.listen_in_workload(&LOCAL);
+    let mut args = probe_args();
+    args.extend([
+        "--rounds",
+        "1",
+        "--route",
+        "embedded-dns=dns:127.0.0.11:53",
+        "--route",
+        "embedded-dns-tcp=tcp:127.0.0.11:53",
+        "--route",
+        "own-loopback=tcp:127.0.0.1:5390",
+    ]);
+    let output = world.in_workload(&[af_proxy(), "netlock", "--refuse-local", "127.0.0.11"]);
+    assert!(
+        output.status.success(),
+        "netlock failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = verdict(&output);
+    assert_eq!(report["refused_local"][0], "127.0.0.11", "{report}");
+
+    // Positive control: the proxy's uid reaches the resolver, both ways.
+    let open = outcomes(&verdict(&world.as_uid(PROXY_UID, &args)));
+    assert_eq!(open["embedded-dns"], "escaped", "{open:?}");
+    assert_eq!(open["embedded-dns-tcp"], "escaped", "{open:?}");
+    let (udp, tcp) = (
+        local.reached("embedded-dns"),
+        local.reached("embedded-dns-tcp"),
+    );
+    assert!(udp >= 1 && tcp >= 1, "the proxy uid's attempts arrived");
+
+    let locked = outcomes(&verdict(&world.as_uid(WORKLOAD_UID, &args)));
+    assert_eq!(locked["embedded-dns"], "denied", "{locked:?}");
+    assert_eq!(locked["embedded-dns-tcp"], "denied", "{locked:?}");
+    assert_eq!(
+        (
+            local.reached("embedded-dns"),
+            local.reached("embedded-dns-tcp")
+        ),
+        (udp, tcp),
+        "nothing of the workload's reached the resolver"
+    );
+    // The workload's own loopback is not taken away.
+    assert_eq!(locked["own-loopback"], "escaped", "{locked:?}");
+    assert!(local.reached("own-loopback") >= 2);
+}

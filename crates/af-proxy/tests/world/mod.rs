@@ -172,7 +172,7 @@ impl World {
                 .map(|(name, _, _)| (*name, AtomicUsize::new(0)))
                 .collect(),
         );
-        start_listeners(&net, counters.clone());
+        start_listeners(&net, &LISTENERS, counters.clone());
         start_sandbox_proxy_stand_in(&wl);
         World { wl, net, counters }
     }
@@ -416,20 +416,51 @@ fn start_sandbox_proxy_stand_in(wl: &str) {
     ready_rx.recv().expect("the sandbox proxy stand-in starts");
 }
 
-fn start_listeners(net: &str, counters: Arc<BTreeMap<&'static str, AtomicUsize>>) {
-    let path = format!("/var/run/netns/{net}");
+impl World {
+    /// Starts `listeners` (name, kind, address) in the workload's own namespace — loopback
+    /// addresses a platform puts there — and returns their counters.
+    pub fn listen_in_workload(
+        &self,
+        listeners: &'static [(&'static str, &'static str, &'static str)],
+    ) -> Counters {
+        let counters: Arc<BTreeMap<&'static str, AtomicUsize>> = Arc::new(
+            listeners
+                .iter()
+                .map(|(name, _, _)| (*name, AtomicUsize::new(0)))
+                .collect(),
+        );
+        start_listeners(&self.wl, listeners, counters.clone());
+        Counters(counters)
+    }
+}
+
+/// What reached listeners a test started itself.
+pub struct Counters(Arc<BTreeMap<&'static str, AtomicUsize>>);
+
+impl Counters {
+    pub fn reached(&self, listener: &str) -> usize {
+        self.0[listener].load(Ordering::SeqCst)
+    }
+}
+
+fn start_listeners(
+    ns: &str,
+    listeners: &'static [(&'static str, &'static str, &'static str)],
+    counters: Arc<BTreeMap<&'static str, AtomicUsize>>,
+) {
+    let path = format!("/var/run/netns/{ns}");
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let file = std::fs::File::open(&path).unwrap();
         nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
-            .expect("entering the outside namespace");
+            .expect("entering the listeners' namespace");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
         runtime.block_on(async move {
-            for (name, kind, address) in LISTENERS {
+            for &(name, kind, address) in listeners {
                 let addr: SocketAddr = address.parse().unwrap();
                 let counters = counters.clone();
                 match kind {
@@ -470,5 +501,5 @@ fn start_listeners(net: &str, counters: Arc<BTreeMap<&'static str, AtomicUsize>>
             std::future::pending::<()>().await;
         });
     });
-    ready_rx.recv().expect("the outside listeners start");
+    ready_rx.recv().expect("the listeners start");
 }
