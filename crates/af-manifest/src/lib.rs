@@ -35,6 +35,7 @@ pub use model::{
     CannedResponse, CaptureRule, Database, DatabaseEngine, DatabaseProvider, EgressPolicy,
     EnvValue, ImageSource, MailPolicy, Manifest, Provider, Resources, RuntimeSettings, Service,
 };
+pub use names::is_env_name;
 pub use quantity::{Quantity, QuantityError, parse_quantity};
 
 /// Parses and validates manifest text. `file` names the source in problems; nothing is read from

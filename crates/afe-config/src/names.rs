@@ -45,12 +45,9 @@ pub fn suggested_label(name: &str) -> String {
     trimmed.chars().take(MAX_NAME_LEN).collect()
 }
 
-/// Whether `name` is an environment variable name: a letter or `_`, then letters, digits, `_`.
-pub fn is_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
+/// Whether `name` is an environment variable name: a letter or `_`, then letters, digits, `_` —
+/// one rule for af's manifests and afe's configs.
+pub use af_manifest::is_env_name;
 
 /// How a name is written as a CEL variable: `-` cannot be in an identifier (`text-request.topic`
 /// would be read as a subtraction), so it becomes `_`.

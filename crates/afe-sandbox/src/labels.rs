@@ -7,8 +7,12 @@ pub const TICKET: &str = "afe.ticket";
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "afe");
 /// The signature it was made with ([`crate::SandboxSpec::signature`]).
 pub const SIGNATURE: &str = "afe.signature";
-/// Its lifecycle state as the engine last set it (`open`, `removing`).
+/// Its lifecycle state when it was made (always `open`; where a platform's labels cannot change,
+/// the adapter keeps the current state and heartbeat beside them: [`crate::Lifecycle`]).
 pub const STATE: &str = "afe.state";
+/// Which part of the ticket's sandbox an object is (an adapter may make several: a container for
+/// the ticket's commands, one holding its network, its proxy).
+pub const ROLE: &str = "afe.role";
 
 /// The labels of `ticket`'s sandbox made with `signature`.
 pub fn for_ticket(ticket: &str, signature: &str) -> Vec<(String, String)> {

@@ -8,11 +8,13 @@
 //! - [`exec`]: a command's request, its output as it streams, bounded.
 //! - [`workspace`]: the paths a sandbox has (`/workspace/repo`, `/workspace/worktrees/<scope>`).
 //! - [`labels`]: what marks a sandbox as a ticket's, readable without the store.
+//! - [`lifecycle`]: where a sandbox is in its life, marked for a reaper.
 //! - [`error`]: typed errors, [`SandboxError::Gone`] among them.
 
 pub mod error;
 pub mod exec;
 pub mod labels;
+pub mod lifecycle;
 pub mod open;
 pub mod port;
 pub mod spec;
@@ -20,6 +22,7 @@ pub mod workspace;
 
 pub use error::SandboxError;
 pub use exec::{ExecOutput, ExecRequest, OutputChunk};
+pub use lifecycle::{Lifecycle, Marker};
 pub use open::{Existing, OpenAction, decide};
 pub use port::{Opened, Payload, Sandbox};
 pub use spec::SandboxSpec;

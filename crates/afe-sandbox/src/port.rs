@@ -1,9 +1,10 @@
 //! The port every sandbox adapter implements. It names no platform: the Docker adapter (a
 //! container and a volume per ticket) and the Kubernetes one (a Pod and a PVC) both fit it.
 
+use af_sidecar_api::records::DecisionRecord;
 use async_trait::async_trait;
 
-use crate::{ExecOutput, ExecRequest, OutputChunk, SandboxError, SandboxSpec};
+use crate::{ExecOutput, ExecRequest, Marker, OutputChunk, SandboxError, SandboxSpec};
 
 /// A ticket's sandbox, once open.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,7 +42,8 @@ pub trait Sandbox: Send + Sync {
         &self,
         sandbox: &Opened,
         request: &ExecRequest,
-        on_output: &mut (dyn FnMut(&OutputChunk) + Send),
+        // Named for every chunk's lifetime: async_trait would otherwise tie it to the call's.
+        on_output: &mut (dyn for<'c> FnMut(&'c OutputChunk) + Send),
     ) -> Result<ExecOutput, SandboxError>;
 
     /// Writes `payload` at `path` (confined to the workspace), as the sandbox's user.
@@ -50,6 +52,18 @@ pub trait Sandbox: Send + Sync {
 
     /// Reads `path` (confined to the workspace): a file's bytes, or a tar of a directory.
     async fn get(&self, sandbox: &Opened, path: &str, tar: bool) -> Result<Payload, SandboxError>;
+
+    /// Records where the sandbox is in its life ([`crate::Lifecycle`]) for a reaper that reads the
+    /// platform, not the store; the ticket's own commands cannot change it.
+    async fn mark(&self, sandbox: &Opened, marker: &Marker) -> Result<(), SandboxError>;
+
+    /// What the sandbox's proxy decided at or after `since` (RFC 3339; none: everything it
+    /// kept), oldest first. A sandbox without egress has no proxy and decided nothing.
+    async fn egress_decisions(
+        &self,
+        sandbox: &Opened,
+        since: Option<&str>,
+    ) -> Result<Vec<DecisionRecord>, SandboxError>;
 
     /// Removes everything of `ticket` (its sandbox, its workspace), found by its label. Idempotent:
     /// nothing left is not an error.

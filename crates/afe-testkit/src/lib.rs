@@ -2,6 +2,12 @@
 //! PostgreSQL (role `afe`, password `afe`, may create databases) and Redis on 127.0.0.1; a test
 //! whose server is missing fails and says how to start it — it is never skipped.
 
+pub mod git_server;
+pub mod sandbox_image;
+
+pub use git_server::GitServer;
+pub use sandbox_image::sandbox_image;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
