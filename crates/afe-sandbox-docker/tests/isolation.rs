@@ -48,13 +48,10 @@ impl Outside {
         )
         .await
         .expect("the allowed host");
-        let denied = OutsideHost::create(
-            &docker,
-            &engine,
-            &host("deny", "203.0.113", "denied.test"),
-        )
-        .await
-        .expect("the denied host");
+        let denied =
+            OutsideHost::create(&docker, &engine, &host("deny", "203.0.113", "denied.test"))
+                .await
+                .expect("the denied host");
         Outside {
             docker,
             allowed,

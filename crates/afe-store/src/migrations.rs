@@ -13,10 +13,11 @@ use crate::error::StoreError;
 const LOCK_KEY: i64 = 0x0061_6665_2d6d_6967;
 
 /// (version, name, statements separated by `;`), in order. Never edit one that shipped: add one.
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "tickets, node runs, ledger, checkpoints, revisions, events",
-    "
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "tickets, node runs, ledger, checkpoints, revisions, events",
+        "
 CREATE TABLE afe_revisions (
     hash TEXT PRIMARY KEY,
     document TEXT NOT NULL,
@@ -89,7 +90,15 @@ CREATE TABLE afe_events (
     PRIMARY KEY (ticket, seq)
 )
 ",
-)];
+    ),
+    (
+        2,
+        "the commit a checkpoint saved",
+        // The head of the ticket's work branch in the bundle: the next checkpoint's bundle starts
+        // after it (`^head`), and a restore checks out the last one. Empty for rows of version 1.
+        "ALTER TABLE afe_checkpoints ADD COLUMN head TEXT NOT NULL DEFAULT ''",
+    ),
+];
 
 /// What `migrate` did.
 #[derive(Clone, Debug, PartialEq, Eq)]

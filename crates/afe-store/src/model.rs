@@ -166,10 +166,13 @@ pub struct LedgerEntry {
     pub epoch: i64,
 }
 
-/// A workspace checkpoint to save: the private ref and the incremental git bundle.
+/// A workspace checkpoint to save: the private ref, the commit it points at, and the incremental
+/// git bundle that carries it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewCheckpoint {
     pub git_ref: String,
+    /// The commit `git_ref` has in the bundle.
+    pub head: String,
     pub parent: Option<i64>,
     pub bundle: Vec<u8>,
 }
@@ -180,6 +183,8 @@ pub struct Checkpoint {
     pub ticket: TicketId,
     pub node: String,
     pub git_ref: String,
+    /// The commit `git_ref` has in the bundle (empty for a checkpoint of schema version 1).
+    pub head: String,
     pub parent: Option<i64>,
     pub sha256: String,
     pub size: i64,

@@ -636,7 +636,7 @@ impl Store for SqlStore {
         if let Some(checkpoint) = &completion.checkpoint {
             let digest = hex(&Sha256::digest(&checkpoint.bundle));
             let row = sqlx::query(&self.sql(
-                "INSERT INTO afe_checkpoints (ticket, node, git_ref, parent, sha256, size, created_at) VALUES ($1, $2, $3, $4, $5, $6, {now}) RETURNING id",
+                "INSERT INTO afe_checkpoints (ticket, node, git_ref, head, parent, sha256, size, created_at) VALUES ($1, $2, $3, $7, $4, $5, $6, {now}) RETURNING id",
             ))
             .bind(&lease.ticket)
             .bind(&completion.node)
@@ -644,6 +644,7 @@ impl Store for SqlStore {
             .bind(checkpoint.parent)
             .bind(&digest)
             .bind(checkpoint.bundle.len() as i64)
+            .bind(&checkpoint.head)
             .fetch_one(&mut *tx)
             .await?;
             let id: i64 = row.try_get(0)?;
@@ -801,7 +802,7 @@ impl Store for SqlStore {
 
     async fn checkpoints(&self, ticket: &str) -> Result<Vec<Checkpoint>, StoreError> {
         sqlx::query(&self.sql(
-            "SELECT id, ticket, node, git_ref, parent, sha256, size FROM afe_checkpoints WHERE ticket = $1 ORDER BY id",
+            "SELECT id, ticket, node, git_ref, parent, sha256, size, head FROM afe_checkpoints WHERE ticket = $1 ORDER BY id",
         ))
         .bind(ticket)
         .fetch_all(&self.pool)
@@ -816,6 +817,7 @@ impl Store for SqlStore {
                 parent: row.try_get(4)?,
                 sha256: row.try_get(5)?,
                 size: row.try_get(6)?,
+                head: row.try_get(7)?,
             })
         })
         .collect()

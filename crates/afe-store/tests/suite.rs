@@ -175,6 +175,7 @@ async fn a_node_completes_in_one_transaction_and_never_runs_again(store: &SqlSto
                     tokens_out: 300,
                 }],
                 checkpoint: Some(NewCheckpoint {
+                    head: "5d2c0ffee".into(),
                     git_ref: "refs/afe/x/n1".into(),
                     parent: None,
                     bundle: b"bundle bytes".to_vec(),
@@ -195,6 +196,13 @@ async fn a_node_completes_in_one_transaction_and_never_runs_again(store: &SqlSto
     assert_eq!((ledger[0].tokens_in, ledger[0].tokens_out), (1200, 300));
     let checkpoints = store.checkpoints(&id).await.unwrap();
     assert_eq!(checkpoints.len(), 1);
+    assert_eq!(
+        (
+            checkpoints[0].git_ref.as_str(),
+            checkpoints[0].head.as_str()
+        ),
+        ("refs/afe/x/n1", "5d2c0ffee")
+    );
     assert_eq!(events[0].payload["checkpoint"], json!(checkpoints[0].id));
     assert_eq!(
         store.bundle(checkpoints[0].id).await.unwrap(),
@@ -261,6 +269,7 @@ async fn bundles_are_stored_in_chunks_and_checked(store: &SqlStore) {
                 output: json!(null),
                 settlements: vec![],
                 checkpoint: Some(NewCheckpoint {
+                    head: String::new(),
                     git_ref: "refs/afe/t/n1".into(),
                     parent: None,
                     bundle: bundle.clone(),

@@ -112,6 +112,7 @@ impl NodeExecutor for ScriptedExecutor {
             output: json!({"node": call.node.id, "attempt": call.attempt}),
             settlements,
             checkpoint: (step.checkpoint_bytes > 0).then(|| NewCheckpoint {
+                head: String::new(),
                 git_ref: format!("refs/afe/{}/{}", call.ticket.id, call.node.id),
                 parent: None,
                 bundle: (0..step.checkpoint_bytes)
