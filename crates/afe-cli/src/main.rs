@@ -6,11 +6,17 @@
 //!   that is hashed); a pinned AgentFlowEngine in the folder that does not match is reported.
 //! - `afe crdgen [--out DIR]`: writes the CustomResourceDefinitions.
 //! - `afe worker --store URL --broker URL|embedded ...`: a worker process.
+//! - `afe run --local -c DIR --flow NAME --input FILE`: one ticket to its end on this machine.
 //!
-//! Exit statuses: 0 done, 1 could not do it (a file could not be written), 2 usage, 3 the config
-//! is invalid or its pin does not match, 4 a worker cannot start (store, broker or executor).
+//! Exit statuses: 0 done, 1 could not do it (a file could not be written, the store or the
+//! sandbox platform could not be reached), 2 usage, 3 the config (or a ticket's input) is invalid
+//! or its pin does not match, 4 a worker cannot start (store, broker or executor), 5 the ticket
+//! failed, 6 it was cancelled, 130 interrupted.
 
+mod progress;
 mod report;
+mod run;
+mod sandbox_args;
 mod worker;
 
 use std::path::{Path, PathBuf};
@@ -20,8 +26,8 @@ use afe_config::{Config, InvalidConfig, Revision};
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
-const EXIT_FAILED: u8 = 1;
-const EXIT_INVALID: u8 = 3;
+pub(crate) const EXIT_FAILED: u8 = 1;
+pub(crate) const EXIT_INVALID: u8 = 3;
 
 #[derive(Debug, Parser)]
 #[command(name = "afe", version, about = "The agent flow engine")]
@@ -58,6 +64,9 @@ enum Command {
     },
     /// Run a worker: claim tickets from the queue and run their flows.
     Worker(Box<worker::WorkerArgs>),
+    /// Run one ticket to its end on this machine (SQLite, the in-process queue, the Docker
+    /// sandbox), printing its events; exit with its outcome.
+    Run(Box<run::RunArgs>),
     /// Write the CustomResourceDefinitions of every afe kind.
     Crdgen {
         #[arg(long, default_value = afe_config::crd::CRD_DIR)]
@@ -79,6 +88,7 @@ fn main() -> ExitCode {
         } => revision(&config, objects, explain),
         Command::Crdgen { out } => crdgen(&out),
         Command::Worker(args) => worker::run(*args),
+        Command::Run(args) => run::run(*args),
     }
 }
 

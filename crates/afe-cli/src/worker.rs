@@ -49,13 +49,15 @@ pub struct WorkerArgs {
     /// A queued ticket this old is requeued by the sweep, in case its entry was lost.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     requeue_queued_after: Duration,
-    /// What runs nodes. The node kinds themselves (git, agent, deep, acp, exec) come with the
-    /// sandbox; until then only `scripted` exists, for tests and benchmarks.
-    #[arg(long)]
-    executor: Option<String>,
+    /// What runs nodes: `sandbox` (git and exec nodes in a Docker sandbox per ticket), or
+    /// `scripted` (tests and benchmarks; needs --script).
+    #[arg(long, default_value = "sandbox")]
+    executor: String,
     /// The scripted executor's script (JSON; see afe_worker::scripted).
     #[arg(long)]
     script: Option<PathBuf>,
+    #[command(flatten)]
+    sandbox: crate::sandbox_args::SandboxArgs,
 }
 
 fn cannot_start(what: &str, err: impl std::fmt::Display, help: &str) -> ExitCode {
@@ -63,9 +65,12 @@ fn cannot_start(what: &str, err: impl std::fmt::Display, help: &str) -> ExitCode
     ExitCode::from(EXIT_CANNOT_START)
 }
 
-fn executor(args: &WorkerArgs) -> Result<Arc<dyn NodeExecutor>, ExitCode> {
-    match (args.executor.as_deref(), &args.script) {
-        (Some("scripted"), Some(path)) => {
+/// The scripted executor, when asked for; `None` for the sandbox executor, which needs the store
+/// and the daemon and is made once both are reached.
+fn scripted_executor(args: &WorkerArgs) -> Result<Option<Arc<dyn NodeExecutor>>, ExitCode> {
+    match (args.executor.as_str(), &args.script) {
+        ("sandbox", _) => Ok(None),
+        ("scripted", Some(path)) => {
             let text = std::fs::read_to_string(path).map_err(|err| {
                 cannot_start(
                     &format!("cannot read {}", path.display()),
@@ -80,17 +85,17 @@ fn executor(args: &WorkerArgs) -> Result<Arc<dyn NodeExecutor>, ExitCode> {
                     "see afe_worker::scripted::Script",
                 )
             })?;
-            Ok(Arc::new(ScriptedExecutor::new(script)))
+            Ok(Some(Arc::new(ScriptedExecutor::new(script))))
         }
-        (Some("scripted"), None) => Err(cannot_start(
+        ("scripted", None) => Err(cannot_start(
             "the scripted executor needs a script",
             "--script is missing",
             "pass --script FILE",
         )),
-        _ => Err(cannot_start(
-            "no executor",
-            "the node kinds (git, agent, deep, acp, exec) are not built yet",
-            "run `--executor scripted --script FILE` (tests and benchmarks); real node kinds come with the sandbox",
+        (other, _) => Err(cannot_start(
+            "no such executor",
+            other,
+            "use --executor sandbox (the default) or --executor scripted --script FILE",
         )),
     }
 }
@@ -102,17 +107,17 @@ pub fn run(args: WorkerArgs) -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-    let executor = match executor(&args) {
-        Ok(executor) => executor,
+    let scripted = match scripted_executor(&args) {
+        Ok(scripted) => scripted,
         Err(code) => return code,
     };
     let Ok(runtime) = tokio::runtime::Runtime::new() else {
         return ExitCode::FAILURE;
     };
-    runtime.block_on(serve(args, executor))
+    runtime.block_on(serve(args, scripted))
 }
 
-async fn serve(args: WorkerArgs, executor: Arc<dyn NodeExecutor>) -> ExitCode {
+async fn serve(args: WorkerArgs, scripted: Option<Arc<dyn NodeExecutor>>) -> ExitCode {
     // A SQLite file's folder is made on first use (the default is .afe/afe.db).
     if let Some(path) = args.store.strip_prefix("sqlite://")
         && let Some(parent) = std::path::Path::new(path.split('?').next().unwrap_or(path)).parent()
@@ -144,10 +149,19 @@ async fn serve(args: WorkerArgs, executor: Arc<dyn NodeExecutor>) -> ExitCode {
         };
         (Arc::new(queue), Arc::new(notifier))
     };
+    let id = args
+        .id
+        .clone()
+        .unwrap_or_else(|| format!("worker-{}", std::process::id()));
+    let executor = match scripted {
+        Some(scripted) => scripted,
+        None => match args.sandbox.executor(store.clone(), &id).await {
+            Ok(executor) => Arc::new(executor),
+            Err(err) => return cannot_start("cannot reach the sandbox platform", &err, err.help()),
+        },
+    };
     let settings = WorkerSettings {
-        id: args
-            .id
-            .unwrap_or_else(|| format!("worker-{}", std::process::id())),
+        id,
         lease_ttl: args.lease_ttl,
         grace: args.grace,
         concurrency: args.concurrency,

@@ -16,6 +16,7 @@ mod diagnostic;
 mod document;
 pub mod engine;
 pub mod fields;
+pub mod input;
 pub mod kinds;
 pub mod names;
 pub mod revision;

@@ -709,6 +709,14 @@ impl Store for SqlStore {
         Ok(vec![event])
     }
 
+    async fn record(&self, lease: &Lease, kind: &str, payload: Value) -> Result<Event, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        self.fence(&mut tx, lease).await?;
+        let event = self.append(&mut tx, &lease.ticket, kind, payload).await?;
+        tx.commit().await?;
+        Ok(event)
+    }
+
     async fn finish(&self, lease: &Lease, finish: Finish) -> Result<Vec<Event>, StoreError> {
         let (state, reason, kind) = match &finish {
             Finish::Done => (TicketState::Done, None, "ticket.done"),

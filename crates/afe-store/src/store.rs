@@ -70,6 +70,9 @@ pub trait Store: Send + Sync {
         node: &str,
         error: &str,
     ) -> Result<Vec<Event>, StoreError>;
+    /// Appends an event of the worker's to the ticket's log, under its lease (what a running
+    /// node saw: its sandbox proxy's decisions, say).
+    async fn record(&self, lease: &Lease, kind: &str, payload: Value) -> Result<Event, StoreError>;
     /// Ends the ticket; open reservations are released.
     async fn finish(&self, lease: &Lease, finish: Finish) -> Result<Vec<Event>, StoreError>;
     /// Fails a ticket nobody holds (a dead-lettered queue entry's): only when it has not ended

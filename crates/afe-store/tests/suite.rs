@@ -132,10 +132,22 @@ async fn claims_are_exclusive_and_a_taken_over_lease_writes_nothing(store: &SqlS
     assert!(lost(store.fail_node(&first, "n1", "x").await));
     assert!(lost(store.finish(&first, Finish::Done).await));
     assert!(lost(store.release(&first).await));
+    assert!(lost(
+        store.record(&first, "egress.decision", json!({})).await
+    ));
     // The new holder can; the heartbeat extends its lease.
     let extended = store.heartbeat(&second, LONG).await.unwrap();
     assert!(extended.expires_at >= second.expires_at);
     store.start_node(&second, "n1").await.unwrap();
+    let noted = store
+        .record(&second, "egress.decision", json!({"host": "pypi.org"}))
+        .await
+        .unwrap();
+    assert_eq!(noted.kind, "egress.decision");
+    assert_eq!(
+        store.events(&id, noted.seq - 1, 10).await.unwrap()[0].payload,
+        json!({"host": "pypi.org"})
+    );
     store.complete_node(&second, completion).await.unwrap();
     let runs = store.node_runs(&id).await.unwrap();
     assert_eq!(runs[0].attempts, 2, "started once by each holder");

@@ -4,13 +4,18 @@
 use std::sync::Arc;
 
 use afe_config::kinds::FlowNode;
-use afe_store::{Lease, NewCheckpoint, Reservation, Settlement, Store, StoreError, Ticket};
+use afe_queue::{Notice, Notifier};
+use afe_store::{Event, Lease, NewCheckpoint, Reservation, Settlement, Store, StoreError, Ticket};
 use async_trait::async_trait;
 use serde_json::Value;
+
+use crate::flow::FrozenFlow;
 
 /// One execution of one node.
 pub struct NodeCall {
     pub ticket: Ticket,
+    /// The ticket's flow as its revision froze it (its sandbox among the rest).
+    pub flow: Arc<FrozenFlow>,
     pub node: FlowNode,
     /// 1 the first time; more when an earlier attempt was interrupted (a crash, a lost lease)
     /// before it completed. A node with outside effects reconciles instead of repeating them.
@@ -18,6 +23,7 @@ pub struct NodeCall {
     /// The input and the outputs of completed nodes (see `flow::context`).
     pub context: Value,
     pub wallet: Wallet,
+    pub journal: Journal,
 }
 
 impl std::fmt::Debug for NodeCall {
@@ -57,6 +63,38 @@ impl Wallet {
     }
 }
 
+/// The node's way to add to its ticket's events while it runs (what its sandbox's proxy decided,
+/// say): each written under the worker's lease, then announced.
+#[derive(Clone)]
+pub struct Journal {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) notifier: Arc<dyn Notifier>,
+    pub(crate) lease: Lease,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("ticket", &self.lease.ticket)
+            .finish()
+    }
+}
+
+impl Journal {
+    /// Appends an event of `kind` to the ticket's log and announces it.
+    pub async fn record(&self, kind: &str, payload: Value) -> Result<Event, StoreError> {
+        let event = self.store.record(&self.lease, kind, payload).await?;
+        let notice = Notice {
+            ticket: event.ticket.clone(),
+            seq: event.seq,
+            kind: event.kind.clone(),
+        };
+        // Subscribers catch up from the store; a missed notice delays, never loses.
+        let _ = self.notifier.publish(&notice).await;
+        Ok(event)
+    }
+}
+
 /// What a node produced, committed with its completion.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeResult {
@@ -72,6 +110,14 @@ pub enum NodeError {
     /// The node itself failed (a command exited non-zero, a model refused): the ticket fails.
     #[error("{0}")]
     Failed(String),
+    /// The ticket's sandbox went away under the node: what is left of it was removed, and the
+    /// ticket goes back to the queue to be restored from its last checkpoint into a new one.
+    #[error("{0}")]
+    SandboxGone(String),
+    /// Something the node needs is unavailable for now (the sandbox platform): the ticket is left
+    /// for another try.
+    #[error("{0}")]
+    Unavailable(String),
     /// The store refused (budget exceeded, lease lost) or is unreachable.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -80,4 +126,8 @@ pub enum NodeError {
 #[async_trait]
 pub trait NodeExecutor: Send + Sync {
     async fn execute(&self, call: NodeCall) -> Result<NodeResult, NodeError>;
+
+    /// The ticket ended (done, failed, cancelled): whatever the executor keeps for it (its
+    /// sandbox) can go.
+    async fn ticket_ended(&self, _ticket: &str) {}
 }

@@ -14,6 +14,27 @@ use serde_json::{Map, Value};
 pub struct FrozenFlow {
     pub input: String,
     pub nodes: Vec<FlowNode>,
+    /// The ticket's sandbox, its defaults filled by normalization.
+    #[serde(default)]
+    pub sandbox: FrozenSandbox,
+}
+
+/// A flow's `sandbox` as a revision froze it (defaults filled, memory in bytes, lists sorted).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrozenSandbox {
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// Host rules the proxy lets through; empty: no proxy, nothing leaves.
+    #[serde(default)]
+    pub egress: Vec<String>,
+    /// Names of the worker's variables passed into the sandbox.
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 impl FrozenFlow {

@@ -8,6 +8,7 @@ pub mod flow;
 pub mod scripted;
 mod worker;
 
-pub use executor::{NodeCall, NodeError, NodeExecutor, NodeResult, Wallet};
+pub use executor::{Journal, NodeCall, NodeError, NodeExecutor, NodeResult, Wallet};
+pub use flow::{FrozenFlow, FrozenSandbox};
 pub use scripted::{Script, ScriptedExecutor, Step};
 pub use worker::{Worker, WorkerSettings};

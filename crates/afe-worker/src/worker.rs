@@ -13,7 +13,7 @@ use afe_store::{Completion, Event, Finish, Lease, NodeRun, NodeState, Store, Sto
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::executor::{NodeCall, NodeError, NodeExecutor, Wallet};
+use crate::executor::{Journal, NodeCall, NodeError, NodeExecutor, Wallet};
 use crate::flow::{FrozenFlow, context, should_run};
 
 #[derive(Clone, Debug)]
@@ -35,6 +35,12 @@ pub struct WorkerSettings {
     pub concurrency: usize,
     /// The pause after a store or queue error before trying again.
     pub retry_pause: Duration,
+    /// Whether the worker requeues, at start and now and then, what the store says needs a
+    /// worker; off for a worker that runs only the tickets it is given (`afe run --local`).
+    pub sweep: bool,
+    /// A node started this many times without completing fails its ticket (its sandbox kept
+    /// going away, or its workers kept dying on it) instead of being tried forever.
+    pub max_node_attempts: i32,
 }
 
 impl Default for WorkerSettings {
@@ -48,6 +54,8 @@ impl Default for WorkerSettings {
             grace: Duration::from_secs(30),
             concurrency: 1,
             retry_pause: Duration::from_millis(500),
+            sweep: true,
+            max_node_attempts: 5,
         }
     }
 }
@@ -159,6 +167,9 @@ impl Worker {
     /// Requeues what the store says needs a worker (on start, and now and then): tickets running
     /// without a live lease, and queued tickets whose entry may have been lost.
     async fn sweep(&self) {
+        if !self.settings.sweep {
+            return;
+        }
         match self
             .store
             .needing_work(self.settings.requeue_queued_after)
@@ -258,6 +269,8 @@ impl Worker {
         tracing::info!(%ticket, outcome = ?outcome, "left");
         match outcome {
             Outcome::Ended => {
+                // Its sandbox goes with it (a crash before this leaves an orphan the reaper finds).
+                self.executor.ticket_ended(&ticket).await;
                 let _ = self.queue.ack(&delivery).await;
             }
             Outcome::Release => match self.store.release(&lease).await {
@@ -326,7 +339,7 @@ impl Worker {
             Err(err) => return err.into(),
         };
         let flow = match FrozenFlow::from_revision(&document, &ticket.flow) {
-            Ok(flow) => flow,
+            Ok(flow) => Arc::new(flow),
             Err(why) => return self.fail(lease, format!("RevisionUnreadable: {why}")).await,
         };
         let mut runs: BTreeMap<String, NodeRun> = match self.store.node_runs(&ticket.id).await {
@@ -374,6 +387,18 @@ impl Worker {
                 runs.insert(node.id.clone(), skipped(&ticket.id, &node.id));
                 continue;
             }
+            let attempts = runs.get(&node.id).map_or(0, |r| r.attempts);
+            if attempts >= self.settings.max_node_attempts {
+                return self
+                    .fail(
+                        lease,
+                        format!(
+                            "NodeAttemptsExhausted: node {} was started {attempts} times and never completed (its sandbox kept going away, or its workers kept dying on it)",
+                            node.id
+                        ),
+                    )
+                    .await;
+            }
             let (run, events) = match self.store.start_node(lease, &node.id).await {
                 Ok(started) => started,
                 Err(err) => return err.into(),
@@ -381,6 +406,7 @@ impl Worker {
             self.publish(&events).await;
             let call = NodeCall {
                 ticket: ticket.clone(),
+                flow: flow.clone(),
                 node: node.clone(),
                 attempt: run.attempts,
                 context: seen,
@@ -388,6 +414,11 @@ impl Worker {
                     store: self.store.clone(),
                     lease: lease.clone(),
                     node: node.id.clone(),
+                },
+                journal: Journal {
+                    store: self.store.clone(),
+                    notifier: self.notifier.clone(),
+                    lease: lease.clone(),
                 },
             };
             let result = tokio::select! {
@@ -427,6 +458,17 @@ impl Worker {
                         .fail(lease, format!("NodeFailed: {}: {why}", node.id))
                         .await;
                 }
+                Err(NodeError::SandboxGone(why)) => {
+                    // The node stays started: the next holder restores the workspace from the
+                    // last checkpoint into a new sandbox and runs it again.
+                    let payload = json!({"node": node.id, "attempt": run.attempts, "why": why});
+                    match self.store.record(lease, "sandbox.lost", payload).await {
+                        Ok(event) => self.publish(&[event]).await,
+                        Err(err) => return err.into(),
+                    }
+                    return Outcome::Release;
+                }
+                Err(NodeError::Unavailable(why)) => return Outcome::Trouble(why),
                 Err(NodeError::Store(err)) => return err.into(),
             }
         }

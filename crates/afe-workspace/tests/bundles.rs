@@ -98,10 +98,7 @@ async fn clone_checkpoint_restore_and_push_through_bundles() {
     workspace.restore(&[first_bundle(&cloned)]).await.unwrap();
     assert_eq!(
         ticket
-            .sh(
-                &first,
-                "git symbolic-ref --short HEAD && cat src/lib.txt"
-            )
+            .sh(&first, "git symbolic-ref --short HEAD && cat src/lib.txt")
             .await,
         format!("afe/{}/work\nv1\n", ticket.id)
     );
@@ -115,10 +112,7 @@ async fn clone_checkpoint_restore_and_push_through_bundles() {
     );
 
     ticket
-        .sh(
-            &first,
-            "echo v2 > src/lib.txt && echo new > added.txt",
-        )
+        .sh(&first, "echo v2 > src/lib.txt && echo new > added.txt")
         .await;
     let Checkpointed::Saved(change) = workspace
         .checkpoint(Some(&cloned.head), "edit")
