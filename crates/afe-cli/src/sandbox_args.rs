@@ -31,6 +31,11 @@ pub struct SandboxArgs {
     /// A fixed answer for the proxy: HOST=IP (repeat for several), asked before any resolver.
     #[arg(long = "sandbox-resolve", value_name = "HOST=IP", value_parser = parse_resolve)]
     sandbox_resolve: Vec<(String, IpAddr)>,
+    /// An address or range (CIDR) that is not public and that a sandbox's proxy may still dial
+    /// for a name the flow allows — an internal mirror's (repeat for several). Without it an
+    /// allowed name is dialled at public addresses only.
+    #[arg(long = "sandbox-dialable", value_name = "ADDRESS", value_parser = parse_dialable)]
+    sandbox_dialable: Vec<af_manifest::HostRule>,
     /// The engine image (netlock, the proxy). Default: af's own, built from the static af-proxy
     /// when the daemon lacks it.
     #[arg(long, env = "AF_PROXY_IMAGE")]
@@ -47,11 +52,21 @@ fn parse_resolve(text: &str) -> Result<(String, IpAddr), String> {
     Ok((host.to_ascii_lowercase(), ip))
 }
 
+fn parse_dialable(text: &str) -> Result<af_manifest::HostRule, String> {
+    if text.parse::<IpAddr>().is_err() && !text.contains('/') {
+        return Err(format!(
+            "{text:?}: write an address or a range (10.1.2.3, 10.1.2.0/24)"
+        ));
+    }
+    af_manifest::parse_host_rule(text).map_err(|why| format!("{text:?}: {why}"))
+}
+
 impl SandboxArgs {
     pub fn settings(&self) -> DockerSandboxSettings {
         let mut settings = DockerSandboxSettings {
             engine_image: self.engine_image.clone(),
             dns: self.sandbox_dns.clone(),
+            dialable: self.sandbox_dialable.clone(),
             ..DockerSandboxSettings::default()
         };
         if !self.sandbox_networks.is_empty() {

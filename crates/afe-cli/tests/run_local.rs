@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 
-use afe_store::{SqlStore, Store};
+use afe_store::SqlStore;
 use serde_json::Value;
 use tickets::*;
 
@@ -26,6 +26,27 @@ fn events(stdout: &str) -> Vec<Value> {
         .collect()
 }
 
+/// `afe run --local --json` of flow `demo` in `dir` with `extra` arguments, run to its end and
+/// required to succeed; the events it printed.
+fn run_to_done(dir: &std::path::Path, input: &std::path::Path, extra: &[&str]) -> Vec<Value> {
+    let out = afe()
+        .args(["run", "--local", "--json", "--flow", "demo", "-c"])
+        .arg(dir)
+        .arg("--input")
+        .arg(input)
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    events(&stdout)
+}
+
 fn kinds<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["kind"] == kind).collect()
 }
@@ -38,21 +59,7 @@ async fn a_flow_of_git_and_exec_nodes_runs_to_done_and_pushes() {
     let dir = afe_testkit::scratch("afe-run");
     config(&dir, &[], false, None);
     let (server, input) = repository(&dir).await;
-    let out = afe()
-        .args(["run", "--local", "--json", "--flow", "demo", "-c"])
-        .arg(&dir)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events = events(&stdout);
+    let events = run_to_done(&dir, &input, &[]);
     let ticket = events[0]["ticket"].as_str().unwrap().to_string();
     let completed: Vec<&str> = kinds(&events, "node.completed")
         .iter()
@@ -134,13 +141,7 @@ async fn the_ticket_survives_losing_its_sandbox_without_repeating_a_completed_no
 
     assert_eq!(kinds(&seen, "sandbox.lost").len(), 1, "{seen:#?}");
     let store = SqlStore::connect(&store_url).await.unwrap();
-    let attempts: std::collections::BTreeMap<String, i32> = store
-        .node_runs(&ticket)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|run| (run.node, run.attempts))
-        .collect();
+    let attempts = attempts(&store, &ticket).await;
     assert_eq!(attempts["clone"], 1);
     assert_eq!(attempts["change"], 1, "a completed node never runs again");
     assert_eq!(attempts["test"], 2, "the interrupted node ran again");
@@ -189,4 +190,111 @@ fn an_input_that_does_not_match_the_schema_is_refused_before_anything_runs() {
     assert_eq!(unknown.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("AFE-RUN-003"));
     assert!(!dir.join(".afe").exists(), "no store was made");
+}
+
+/// With egress, what the sandbox's proxy decided is the ticket's: an allowed host reached through
+/// it and a denied one refused both appear among the ticket's events, and the denied host saw
+/// nothing (judged where the packets would land).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxys_decisions_are_the_tickets_events() {
+    use af_docker::test_hosts::{HostSpec, OutsideHost, Program};
+    let docker = af_docker::connect().await.unwrap();
+    let engine = af_docker::engine_image::ensure(&docker).await.unwrap();
+    let tag = format!("afe-run-{}", std::process::id());
+    let host = |name: &str, subnet: &str, alias: &str| {
+        let mut spec = HostSpec::new(&format!("{tag}-{name}"), subnet, Program::Server);
+        // The /26 at .128 of each TEST-NET: the sandbox crate's tests have the others.
+        spec.host_number = 138;
+        spec.aliases = vec![alias.to_string()];
+        spec
+    };
+    let allowed = OutsideHost::create(
+        &docker,
+        &engine,
+        &host("allow", "198.51.100.128/26", "allowed.test"),
+    )
+    .await
+    .unwrap();
+    let denied = OutsideHost::create(
+        &docker,
+        &engine,
+        &host("deny", "203.0.113.128/26", "denied.test"),
+    )
+    .await
+    .unwrap();
+    struct Hosts(bollard::Docker, Vec<OutsideHost>);
+    impl Drop for Hosts {
+        fn drop(&mut self) {
+            let (docker, hosts) = (self.0.clone(), self.1.clone());
+            let _ = std::thread::spawn(move || {
+                tokio::runtime::Runtime::new().unwrap().block_on(async {
+                    for host in hosts {
+                        host.remove(&docker).await;
+                    }
+                })
+            })
+            .join();
+        }
+    }
+    let _hosts = Hosts(docker.clone(), vec![allowed.clone(), denied.clone()]);
+
+    let dir = afe_testkit::scratch("afe-run-egress");
+    let script = "git ls-remote http://allowed.test:3128/x.git; git ls-remote http://denied.test:3128/x.git; true";
+    config(&dir, &["allowed.test"], false, Some(script));
+    let (_server, input) = repository(&dir).await;
+    let before = (
+        allowed.arrivals().await.unwrap(),
+        denied.arrivals().await.unwrap(),
+    );
+    let resolve_allowed = format!("allowed.test={}", allowed.ip);
+    let resolve_denied = format!("denied.test={}", denied.ip);
+    let events = run_to_done(
+        &dir,
+        &input,
+        &[
+            "--sandbox-network",
+            &allowed.network,
+            "--sandbox-network",
+            &denied.network,
+            "--sandbox-resolve",
+            &resolve_allowed,
+            "--sandbox-resolve",
+            &resolve_denied,
+            // Only the allowed host's address: the denied host's stays forbidden to the proxy.
+            "--sandbox-dialable",
+            &allowed.ip,
+        ],
+    );
+    let decisions: Vec<(String, String)> = kinds(&events, "egress.decision")
+        .iter()
+        .map(|e| {
+            (
+                e["payload"]["host"].as_str().unwrap().to_string(),
+                e["payload"]["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        decisions.contains(&("allowed.test".into(), "allow".into())),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions.contains(&("denied.test".into(), "deny".into())),
+        "{decisions:?}"
+    );
+    let node = kinds(&events, "egress.decision")[0]["payload"]["node"].clone();
+    assert_eq!(
+        node, "outside",
+        "each decision names the node it was made during"
+    );
+    let after = (
+        allowed.arrivals().await.unwrap(),
+        denied.arrivals().await.unwrap(),
+    );
+    assert_eq!(
+        after.0.connections,
+        before.0.connections + 1,
+        "the allowed host was reached"
+    );
+    assert_eq!(after.1, before.1, "nothing reached the denied host");
 }

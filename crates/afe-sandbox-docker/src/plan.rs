@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use af_docker::plan::hardening::{confined, confined_read_only};
+use af_manifest::HostRule;
 use af_sidecar_api::SidecarConfig;
 use af_sidecar_api::config::{ALLOWLIST_PROXY_PORT, ResolverConfig};
 use afe_sandbox::{SandboxSpec, labels, workspace};
@@ -185,13 +186,20 @@ pub fn netlock_args() -> Vec<String> {
 /// fixed answers and nameservers, or with the holder's resolvers when it names none (on a
 /// user-defined network Docker's embedded resolver is no use to it: it forwards from a socket of
 /// its own, which netlock drops).
+///
+/// `dialable` are addresses (or ranges) that are not public but that the machine's operator lets
+/// the proxy dial for an allowed name — an internal mirror's; they become address rules beside
+/// the flow's names (a flow itself names hosts only).
 pub fn proxy_config(
     spec: &SandboxSpec,
     token: String,
     resolver: &ResolverConfig,
     dns: &[IpAddr],
+    dialable: &[HostRule],
 ) -> SidecarConfig {
-    let mut config = SidecarConfig::allowlist_proxy(&spec.ticket, spec.egress.clone(), token);
+    let mut allow = spec.egress.clone();
+    allow.extend(dialable.iter().cloned());
+    let mut config = SidecarConfig::allowlist_proxy(&spec.ticket, allow, token);
     config.resolver = resolver.clone();
     if config.resolver.nameservers.is_empty() {
         config.resolver.nameservers = dns
@@ -384,11 +392,13 @@ mod tests {
         assert_eq!(host.cap_add, None);
         assert_eq!(host.readonly_rootfs, Some(true));
         let dns: Vec<IpAddr> = vec!["198.51.100.53".parse().unwrap()];
+        let mirror = af_manifest::parse_host_rule("10.1.2.0/24").unwrap();
         let config = proxy_config(
             &spec(&["pypi.org"]),
             "tok".into(),
             &ResolverConfig::default(),
             &dns,
+            std::slice::from_ref(&mirror),
         );
         assert_eq!(config.listen.proxy.unwrap().to_string(), "127.0.0.1:3128");
         assert_eq!(config.listen.dns, None, "no DNS responder in a sandbox");
@@ -396,7 +406,12 @@ mod tests {
             config.resolver.nameservers[0].to_string(),
             "198.51.100.53:53"
         );
-        assert_eq!(config.policy.allow.len(), 1);
+        assert_eq!(
+            config.policy.allow.len(),
+            2,
+            "the flow's name and the operator's range"
+        );
+        assert_eq!(config.policy.allow[1], mirror);
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub struct DockerSandboxSettings {
     pub dns: Vec<IpAddr>,
     /// How the proxy resolves allowed names: fixed answers first, then its nameservers.
     pub resolver: ResolverConfig,
+    /// Addresses or ranges that are not public and that the proxy may still dial for a name a
+    /// flow allows (an internal mirror's). None by default: an allowed name is dialled at public
+    /// addresses only.
+    pub dialable: Vec<af_manifest::HostRule>,
     /// How long a sandbox may take to become ready before it is declared gone.
     pub ready_timeout: Duration,
     /// The most processes a sandbox may run at once (a fork bomb stops there).
@@ -50,6 +54,7 @@ impl Default for DockerSandboxSettings {
             egress_networks: vec!["bridge".to_string()],
             dns: Vec::new(),
             resolver: ResolverConfig::default(),
+            dialable: Vec::new(),
             ready_timeout: Duration::from_secs(60),
             pids_limit: 4096,
         }
@@ -247,7 +252,13 @@ impl DockerSandbox {
         if let Some(egress) = &egress {
             let token = af_sidecar_api::new_control_token()
                 .map_err(|e| platform("making the proxy's control token", e))?;
-            let config = plan::proxy_config(spec, token, &self.settings.resolver, &egress.dns);
+            let config = plan::proxy_config(
+                spec,
+                token,
+                &self.settings.resolver,
+                &egress.dns,
+                &self.settings.dialable,
+            );
             let text = config.to_text().map_err(|e| SandboxError::Containment {
                 ticket: ticket.clone(),
                 why: e.to_string(),

@@ -132,3 +132,18 @@ pub async fn wait_for_process(ticket: &str, needle: &str) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// How many times each node of the ticket was started.
+pub async fn attempts(
+    store: &afe_store::SqlStore,
+    ticket: &str,
+) -> std::collections::BTreeMap<String, i32> {
+    use afe_store::Store;
+    store
+        .node_runs(ticket)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|run| (run.node, run.attempts))
+        .collect()
+}
