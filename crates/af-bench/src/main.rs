@@ -9,6 +9,8 @@
 //! - `af-bench up`: `af up` + `af down` against `docker compose up` + `down` of the same services.
 //! - `af-bench tickets`: afe's tickets through worker processes on PostgreSQL and Redis, against
 //!   the store's transactions alone.
+//! - `af-bench sandbox`: afe's Docker sandbox — open against `docker run`, a command against
+//!   `docker exec`, a checkpoint against a whole bundle, a restore against a fresh clone.
 //!
 //! `proxy` and `dns` need root (it builds a network namespace for the origin) and squid and dnsmasq (Debian
 //! packages). Nothing leaves the machine: the origin and the upstream resolver sit at TEST-NET
@@ -21,6 +23,7 @@ mod least_relay;
 mod load;
 mod origin;
 mod proxies;
+mod sandbox;
 mod tickets;
 mod up;
 mod world;
@@ -123,6 +126,16 @@ enum Command {
         #[arg(long)]
         afe: Option<std::path::PathBuf>,
     },
+    /// afe's Docker sandbox against docker run and docker exec, a checkpoint against a whole
+    /// bundle, a restore against a fresh clone.
+    Sandbox {
+        /// Measured rounds of each (after one warm-up of the open).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Megabytes of incompressible files in the checkpoint's repository.
+        #[arg(long, default_value_t = 100)]
+        repository_mb: usize,
+    },
     /// (internal) The origin servers, run inside the benchmark's namespace.
     #[command(hide = true)]
     Origin,
@@ -191,6 +204,13 @@ fn main() -> Result<()> {
                 afe,
             }))
         }
+        Command::Sandbox {
+            rounds,
+            repository_mb,
+        } => runtime.block_on(sandbox::run(sandbox::Options {
+            rounds: rounds.max(1),
+            repository_mb,
+        })),
         Command::Up {
             services,
             rounds,

@@ -5,7 +5,7 @@
 //! - `netlock`: lock the current network namespace to loopback and the proxy's uid.
 //! - `refuse-outside`: make a silently-dropping platform network refuse visibly, in a service's
 //!   namespace.
-//! - `hold`: keep a pod's network namespace open.
+//! - `hold`: keep a pod's network namespace open (with `--lock-for-uid`, locked first).
 //! - `connect`: relay standard input and output to a TCP address (the afe worker's way to a ticket
 //!   proxy's control API, through an exec).
 //! - `relay`: publish a web service's port to the host through an ingress.
@@ -97,8 +97,17 @@ enum Command {
         #[arg(long = "platform-side")]
         platform_side: Vec<String>,
     },
-    /// Hold a network namespace open for the containers that join it; exits on SIGTERM.
-    Hold,
+    /// Hold a network namespace open for the containers that join it; exits on SIGTERM. With
+    /// `--lock-for-uid`, first lock it as `netlock` does (needs NET_ADMIN) and print the report,
+    /// so nothing can join the namespace before it is locked; then give every capability up.
+    Hold {
+        /// Lock the namespace first, letting out only this uid's sockets (the proxy's).
+        #[arg(long)]
+        lock_for_uid: Option<u32>,
+        /// With the lock: a loopback address refused to every uid but that one (see `netlock`).
+        #[arg(long = "refuse-local", requires = "lock_for_uid")]
+        refuse_local: Vec<std::net::IpAddr>,
+    },
     /// Run COMMAND at every minute SCHEDULE names (five-field cron, UTC), one run at a time.
     Cron {
         #[arg(long)]
@@ -292,7 +301,19 @@ fn main() -> ExitCode {
             af_guard::netlock::apply_refusal(&interface, &subnets, &platform_side),
             "this service's namespace",
         ),
-        Command::Hold => hold(),
+        Command::Hold {
+            lock_for_uid,
+            refuse_local,
+        } => {
+            if let Some(uid) = lock_for_uid {
+                // The report goes out before anything can join: the runtime reads it first.
+                let locked = netlock(af_guard::netlock::apply(uid, &refuse_local), "this sandbox");
+                if locked != ExitCode::SUCCESS {
+                    return locked;
+                }
+            }
+            hold()
+        }
         Command::Cron { schedule, command } => match af_manifest::parse_cron(&schedule) {
             Ok(schedule) => cron::run(&schedule, &command),
             Err(why) => {

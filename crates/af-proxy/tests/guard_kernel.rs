@@ -845,3 +845,35 @@ fn netlock_refuses_a_forwarding_resolver_on_loopback_to_the_workload() {
     assert_eq!(locked["own-loopback"], "escaped", "{locked:?}");
     assert!(local.reached("own-loopback") >= 2);
 }
+
+/// `hold --lock-for-uid`: the namespace is locked, and the report printed, before the holder
+/// holds — the Docker sandbox reads that line before anything joins the namespace.
+#[test]
+fn hold_locks_the_namespace_first_and_says_so() {
+    let world = World::new("h");
+    world.assert_every_target_answers();
+    let mut holder = std::process::Command::new("ip")
+        .args(["netns", "exec", &world.wl, af_proxy(), "hold"])
+        .args(["--lock-for-uid", "1337", "--refuse-local", "127.0.0.11"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let report: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(
+        (report["ipv4"].as_str(), report["proxy_uid"].as_u64()),
+        (Some("locked"), Some(1337)),
+        "{report}"
+    );
+    let locked = verdict(&world.as_uid(WORKLOAD_UID, &probe_args()));
+    for (route, outcome) in outcomes(&locked) {
+        assert_eq!(outcome, "denied", "{route}: {locked}");
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

@@ -134,9 +134,11 @@ pub fn volume(ticket: &str, signature: &str) -> VolumeCreateRequest {
     }
 }
 
-/// The holder: the engine's `hold` as root with NET_ADMIN and nothing else — its one trusted step,
-/// netlock, is an exec as root; `hold` itself gives the capability up at start — read-only, no
-/// new privileges. With egress it is on the egress networks; without, on none: only loopback.
+/// The holder: the engine's `hold` as root with NET_ADMIN and nothing else, read-only, no new
+/// privileges. Its first step is netlock — every packet of the namespace dropped but loopback and
+/// the proxy's uid, Docker's embedded resolver refused to everyone else — whose report it prints
+/// before anything can join; then it gives every capability up and holds. With egress it is on
+/// the egress networks; without, on none: only loopback.
 pub fn holder(
     ticket: &str,
     signature: &str,
@@ -148,7 +150,7 @@ pub fn holder(
         .map_or("none", String::as_str);
     ContainerCreateBody {
         image: Some(engine_image.to_string()),
-        cmd: Some(vec!["hold".to_string()]),
+        cmd: Some(hold_args()),
         user: Some("0".to_string()),
         labels: Some(labels_of(ticket, signature, Role::Net)),
         host_config: Some(HostConfig {
@@ -169,16 +171,27 @@ pub fn more_networks(egress: Option<&Egress>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// `af-proxy netlock` as the holder runs it: every packet of the namespace dropped but loopback
-/// and the proxy's uid, and Docker's embedded resolver refused to everyone else.
-pub fn netlock_args() -> Vec<String> {
+/// `af-proxy hold`, locking the namespace first for the proxy's uid.
+pub fn hold_args() -> Vec<String> {
     vec![
-        "netlock".to_string(),
-        "--proxy-uid".to_string(),
+        "hold".to_string(),
+        "--lock-for-uid".to_string(),
         PROXY_UID.to_string(),
         "--refuse-local".to_string(),
         DOCKER_EMBEDDED_DNS.to_string(),
     ]
+}
+
+/// Whether netlock's report says both families are locked (or IPv6 is off in the namespace, so
+/// no IPv6 packet can leave either).
+pub fn lock_verified(report: &serde_json::Value) -> bool {
+    let locked = |family: &str| {
+        matches!(
+            report[family].as_str(),
+            Some("locked" | "already_locked" | "ipv6_disabled")
+        ) || report[family].get("replaced").is_some()
+    };
+    locked("ipv4") && locked("ipv6") && report["proxy_uid"] == PROXY_UID
 }
 
 /// The proxy's configuration: the flow's egress as its allowlist, on loopback port 3128; its
@@ -254,6 +267,20 @@ pub fn environment(spec: &SandboxSpec) -> Vec<String> {
         }
     }
     env
+}
+
+/// The command that says a sandbox is ready, run in it as its user: the workspace's folders are
+/// made and, with egress, the proxy listens on 127.0.0.1:3128 — read from the namespace's own
+/// socket table, which the sandbox shares with its proxy (state 0A is LISTEN), so readiness costs
+/// one command and asks nothing of the proxy.
+pub fn ready_check(has_proxy: bool) -> Vec<String> {
+    let mut script = format!("test -d {}", afe_sandbox::workspace::REPO);
+    if has_proxy {
+        script.push_str(&format!(
+            " && grep -q '^ *[0-9]*: 0100007F:{ALLOWLIST_PROXY_PORT:04X} 00000000:0000 0A ' /proc/net/tcp"
+        ));
+    }
+    vec!["sh".to_string(), "-c".to_string(), script]
 }
 
 /// The sandbox's own process: it makes the workspace's folders, then idles; the ticket's commands
@@ -367,7 +394,7 @@ mod tests {
             Some(&["NET_ADMIN".to_string()][..])
         );
         assert_eq!(host.readonly_rootfs, Some(true));
-        assert_eq!(body.cmd.as_deref(), Some(&["hold".to_string()][..]));
+        assert_eq!(body.cmd, Some(hold_args()), "it locks before it holds");
         let egress = Egress {
             networks: vec!["out-a".into(), "out-b".into()],
             dns: vec!["198.51.100.53".parse().unwrap()],
@@ -415,16 +442,43 @@ mod tests {
     }
 
     #[test]
-    fn netlock_refuses_dockers_resolver_and_names_the_proxy() {
+    fn the_holder_locks_for_the_proxy_and_refuses_dockers_resolver() {
         assert_eq!(
-            netlock_args(),
+            hold_args(),
             [
-                "netlock",
-                "--proxy-uid",
+                "hold",
+                "--lock-for-uid",
                 "1337",
                 "--refuse-local",
                 "127.0.0.11"
             ]
+        );
+        let report = |v4: &str, v6: serde_json::Value, uid: u32| serde_json::json!({"ipv4": v4, "ipv6": v6, "proxy_uid": uid});
+        assert!(lock_verified(&report("locked", "locked".into(), 1337)));
+        assert!(lock_verified(&report(
+            "already_locked",
+            "ipv6_disabled".into(),
+            1337
+        )));
+        assert!(lock_verified(&report(
+            "locked",
+            serde_json::json!({"replaced": {"previous": []}}),
+            1337
+        )));
+        assert!(
+            !lock_verified(&report("locked", "locked".into(), 0)),
+            "another uid"
+        );
+        assert!(!lock_verified(&serde_json::Value::Null));
+        assert!(!lock_verified(&report("failed", "locked".into(), 1337)));
+    }
+
+    #[test]
+    fn ready_means_the_folders_and_with_egress_the_proxys_listener() {
+        assert_eq!(ready_check(false)[2], "test -d /workspace/repo");
+        assert_eq!(
+            ready_check(true)[2],
+            "test -d /workspace/repo && grep -q '^ *[0-9]*: 0100007F:0C38 00000000:0000 0A ' /proc/net/tcp"
         );
     }
 

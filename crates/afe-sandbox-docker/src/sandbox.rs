@@ -155,23 +155,6 @@ impl DockerSandbox {
         Ok(found)
     }
 
-    /// Creates container `name` from `body` and starts it.
-    async fn create_and_start(
-        &self,
-        ticket: &str,
-        name: &str,
-        body: ContainerCreateBody,
-    ) -> Result<(), SandboxError> {
-        self.create_container_only(ticket, name, body).await?;
-        self.docker
-            .start_container(
-                name,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(|e| platform(format!("starting container {name}"), e))
-    }
-
     async fn inspect_labels(&self, name: &str) -> Option<HashMap<String, String>> {
         self.docker
             .inspect_container(name, None::<InspectContainerOptions>)
@@ -214,6 +197,8 @@ impl DockerSandbox {
         made
     }
 
+    /// The pod's order: the holder starts and locks its namespace first; the proxy and the
+    /// sandbox, created meanwhile, start only once the lock is read back and verified.
     async fn create_steps(&self, spec: &SandboxSpec, signature: &str) -> Result<(), SandboxError> {
         let ticket = &spec.ticket;
         let names = Names::of(ticket);
@@ -241,41 +226,60 @@ impl DockerSandbox {
                 .await
                 .map_err(|e| platform(format!("attaching {} to {network}", names.holder), e))?;
         }
-        self.docker
-            .start_container(
-                &names.holder,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(|e| platform(format!("starting container {}", names.holder), e))?;
-        self.lock_network(ticket, &names.holder).await?;
-        if let Some(egress) = &egress {
-            let token = af_sidecar_api::new_control_token()
-                .map_err(|e| platform("making the proxy's control token", e))?;
-            let config = plan::proxy_config(
-                spec,
-                token,
-                &self.settings.resolver,
-                &egress.dns,
-                &self.settings.dialable,
-            );
-            let text = config.to_text().map_err(|e| SandboxError::Containment {
-                ticket: ticket.clone(),
-                why: e.to_string(),
-            })?;
-            self.create_and_start(
-                ticket,
-                &names.proxy,
-                plan::proxy(ticket, signature, &engine, &text),
-            )
-            .await?;
-        }
-        self.create_and_start(
+        self.start(&names.holder).await?;
+        let proxy = match &egress {
+            Some(egress) => {
+                let token = af_sidecar_api::new_control_token()
+                    .map_err(|e| platform("making the proxy's control token", e))?;
+                let config = plan::proxy_config(
+                    spec,
+                    token,
+                    &self.settings.resolver,
+                    &egress.dns,
+                    &self.settings.dialable,
+                );
+                let text = config.to_text().map_err(|e| SandboxError::Containment {
+                    ticket: ticket.clone(),
+                    why: e.to_string(),
+                })?;
+                Some(plan::proxy(ticket, signature, &engine, &text))
+            }
+            None => None,
+        };
+        let create_proxy = async {
+            match proxy {
+                Some(body) => self.create_container_only(ticket, &names.proxy, body).await,
+                None => Ok(()),
+            }
+        };
+        let create_sandbox = self.create_container_only(
             ticket,
             &names.sandbox,
             plan::sandbox(spec, signature, self.settings.pids_limit),
-        )
-        .await
+        );
+        tokio::try_join!(
+            self.read_lock(ticket, &names.holder),
+            create_proxy,
+            create_sandbox
+        )?;
+        let start_proxy = async {
+            match &egress {
+                Some(_) => self.start(&names.proxy).await,
+                None => Ok(()),
+            }
+        };
+        tokio::try_join!(start_proxy, self.start(&names.sandbox))?;
+        Ok(())
+    }
+
+    async fn start(&self, name: &str) -> Result<(), SandboxError> {
+        self.docker
+            .start_container(
+                name,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| platform(format!("starting container {name}"), e))
     }
 
     /// Creates container `name` from `body`. A container of that name that is not afe's is refused
@@ -316,43 +320,55 @@ impl DockerSandbox {
         }
     }
 
-    /// netlock in the holder, as root with its NET_ADMIN, before any other container joins it;
-    /// its report is read back, and anything but a verified lock is a containment failure.
-    async fn lock_network(&self, ticket: &str, holder: &str) -> Result<(), SandboxError> {
-        let argv = self.engine_command(holder, plan::netlock_args()).await?;
-        let ran = exec::run(
-            &self.docker,
-            &Command {
-                container: holder,
-                user: "0",
-                argv,
-                env: Vec::new(),
-                workdir: None,
-                stdin: None,
-                output_limit: 64 << 10,
-            },
-            &mut |_| {},
-        )
-        .await
-        .map_err(|e| e.into_error(ticket, "locking the sandbox's network"))?;
-        let report: serde_json::Value =
-            serde_json::from_slice(&ran.stdout.bytes).unwrap_or(serde_json::Value::Null);
-        let locked = |family: &str| {
-            matches!(
-                report[family].as_str(),
-                Some("locked" | "already_locked" | "ipv6_disabled")
-            ) || report[family].get("replaced").is_some()
+    /// The holder's first words: netlock's report, printed before anything could join its
+    /// namespace. Anything but a verified lock of both families — or a holder that stopped, or
+    /// said nothing within the ready timeout — is a containment failure.
+    async fn read_lock(&self, ticket: &str, holder: &str) -> Result<(), SandboxError> {
+        use futures_util::StreamExt;
+        let mut logs = self.docker.logs(
+            holder,
+            Some(bollard::query_parameters::LogsOptions {
+                follow: true,
+                stdout: true,
+                stderr: true,
+                ..Default::default()
+            }),
+        );
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let first_line = async {
+            while let Some(Ok(piece)) = logs.next().await {
+                match piece {
+                    bollard::container::LogOutput::StdOut { message } => {
+                        stdout.extend_from_slice(&message);
+                        if stdout.contains(&b'\n') {
+                            return;
+                        }
+                    }
+                    other => stderr.extend_from_slice(&other.into_bytes()),
+                }
+            }
         };
-        if !ran.succeeded() || !locked("ipv4") || !locked("ipv6") {
-            return Err(SandboxError::Containment {
-                ticket: ticket.to_string(),
-                why: format!(
-                    "netlock exited {}: {}{}",
-                    ran.status,
-                    ran.stdout.text().trim(),
-                    ran.stderr.text().trim()
-                ),
-            });
+        let timeout = self.settings.ready_timeout;
+        let read = tokio::time::timeout(timeout, first_line).await.is_ok();
+        let refused = |why: String| SandboxError::Containment {
+            ticket: ticket.to_string(),
+            why,
+        };
+        if !read {
+            return Err(refused(format!(
+                "the holder reported no lock within {} s",
+                timeout.as_secs()
+            )));
+        }
+        let line = stdout.split(|b| *b == b'\n').next().unwrap_or_default();
+        let report: serde_json::Value =
+            serde_json::from_slice(line).unwrap_or(serde_json::Value::Null);
+        if !plan::lock_verified(&report) {
+            return Err(refused(format!(
+                "netlock did not lock the namespace: {}{}",
+                String::from_utf8_lossy(line).trim(),
+                String::from_utf8_lossy(&stderr).trim()
+            )));
         }
         Ok(())
     }
@@ -407,27 +423,16 @@ impl DockerSandbox {
             .flatten())
     }
 
-    /// Whether the proxy answers its control API (and so, started from the same configuration,
-    /// its proxy listener).
-    async fn proxy_answers(&self, sandbox: &Opened) -> Result<bool, SandboxError> {
+    /// A proxy that stopped will never listen: its last words, as a containment failure.
+    async fn proxy_stopped(&self, sandbox: &Opened) -> Result<(), SandboxError> {
         let names = Names::of(&sandbox.ticket);
-        match self
-            .control(sandbox, "GET", "/healthz", Duration::from_secs(5))
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(err) if err.is_gone() => Err(err),
-            Err(_) => {
-                // Not yet listening, or not running at all: a proxy that exited will not answer.
-                match exec::container_runs(&self.docker, &names.proxy).await {
-                    Ok(true) => Ok(false),
-                    Ok(false) => Err(SandboxError::Containment {
-                        ticket: sandbox.ticket.clone(),
-                        why: format!("the proxy exited: {}", self.last_lines(&names.proxy).await),
-                    }),
-                    Err(e) => Err(e.into_error(&sandbox.ticket, "inspecting the proxy")),
-                }
-            }
+        match exec::container_runs(&self.docker, &names.proxy).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(SandboxError::Containment {
+                ticket: sandbox.ticket.clone(),
+                why: format!("the proxy exited: {}", self.last_lines(&names.proxy).await),
+            }),
+            Err(e) => Err(e.into_error(&sandbox.ticket, "inspecting the proxy")),
         }
     }
 
@@ -572,28 +577,25 @@ impl Sandbox for DockerSandbox {
             .containers
             .contains_key(&Role::Proxy);
         let deadline = tokio::time::Instant::now() + self.settings.ready_timeout;
-        let probe = vec![
-            "test".to_string(),
-            "-d".to_string(),
-            workspace::REPO.to_string(),
-        ];
+        let check = plan::ready_check(has_proxy);
         let mut last = String::from("it never ran a command");
         while tokio::time::Instant::now() < deadline {
-            let folders = self
+            let ran = self
                 .run_own(
                     sandbox,
-                    self.sandbox_command(sandbox, probe.clone(), None, 1024),
+                    self.sandbox_command(sandbox, check.clone(), None, 1024),
                     "checking the sandbox",
                 )
                 .await;
-            match folders {
-                Ok(ran) if ran.succeeded() => {
-                    if !has_proxy || self.proxy_answers(sandbox).await? {
-                        return Ok(());
+            match ran {
+                Ok(ran) if ran.succeeded() => return Ok(()),
+                Ok(_) => {
+                    if has_proxy {
+                        self.proxy_stopped(sandbox).await?;
                     }
-                    last = "its proxy did not answer yet".to_string();
+                    last = "its workspace folders were not made, or its proxy did not listen, yet"
+                        .to_string();
                 }
-                Ok(_) => last = "its workspace folders were not made yet".to_string(),
                 Err(err) if err.is_gone() => {
                     return Err(SandboxError::Gone {
                         ticket: sandbox.ticket.clone(),
@@ -605,7 +607,7 @@ impl Sandbox for DockerSandbox {
                 }
                 Err(err) => return Err(err),
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Err(SandboxError::Gone {
             ticket: sandbox.ticket.clone(),
