@@ -161,3 +161,9 @@ fn the_cluster_objects_validate_with_objects_and_hash_as_the_folder_does() {
         text(&none.stderr)
     );
 }
+
+#[test]
+fn the_demo_config_is_valid() {
+    let out = afe(&["validate", "-c", "examples/afe/demo"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}

@@ -1,20 +1,45 @@
-//! docs/errors.md documents exactly the store's and the queue's codes (the config's are checked by
-//! afe-config's own test).
+//! docs/errors.md documents exactly the codes of the store, the queue, the sandbox, the workspace
+//! and `afe run` (the config's are checked by afe-config's own test).
 
-#[test]
-fn errors_md_documents_exactly_the_store_and_queue_codes() {
+fn documented(prefixes: &[&str]) -> Vec<String> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/errors.md");
     let doc = std::fs::read_to_string(path).unwrap();
-    let documented: Vec<&str> = doc
-        .lines()
+    doc.lines()
         .filter_map(|l| l.strip_prefix("### "))
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|code| code.starts_with("AFE-STO-") || code.starts_with("AFE-QUE-"))
-        .collect();
-    let existing: Vec<&str> = afe_store::StoreError::CODES
+        .filter(|code| prefixes.iter().any(|p| code.starts_with(p)))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn errors_md_documents_exactly_the_store_queue_sandbox_and_workspace_codes() {
+    let existing: Vec<String> = afe_store::StoreError::CODES
         .iter()
         .chain(afe_queue::QueueError::CODES.iter())
-        .copied()
+        .chain(afe_sandbox::SandboxError::CODES.iter())
+        .chain(afe_workspace::WorkspaceError::CODES.iter())
+        .map(|c| c.to_string())
         .collect();
-    assert_eq!(documented, existing);
+    assert_eq!(
+        documented(&["AFE-STO-", "AFE-QUE-", "AFE-SBX-", "AFE-GIT-"]),
+        existing
+    );
+}
+
+/// `afe run`'s codes live in the binary: every one its source says is documented, and no other.
+#[test]
+fn errors_md_documents_exactly_the_codes_afe_run_says() {
+    let source = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/run.rs"),
+    )
+    .unwrap();
+    let mut said: Vec<String> = source
+        .match_indices("\"AFE-RUN-")
+        .map(|(at, _)| source[at + 1..at + 12].to_string())
+        .collect();
+    said.sort();
+    said.dedup();
+    assert_eq!(said.len(), 3, "{said:?}");
+    assert_eq!(documented(&["AFE-RUN-"]), said);
 }
