@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 
-use afe_store::SqlStore;
+use afe_store::{SqlStore, Store};
 use serde_json::Value;
 use tickets::*;
 
@@ -88,6 +88,23 @@ async fn a_flow_of_git_and_exec_nodes_runs_to_done_and_pushes() {
         (0, 0),
         "the container and volume are gone"
     );
+
+    // The token is in no stored bundle and no event.
+    let store = SqlStore::connect(&afe_testkit::sqlite_url(&dir.join(".afe")))
+        .await
+        .unwrap();
+    let holds = |bytes: &[u8]| bytes.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes());
+    let checkpoints = store.checkpoints(&ticket).await.unwrap();
+    assert_eq!(checkpoints.len(), 2, "the clone's and the change's");
+    for checkpoint in checkpoints {
+        let bundle = store.bundle(checkpoint.id).await.unwrap();
+        assert!(
+            !holds(&bundle),
+            "checkpoint {} holds the token",
+            checkpoint.id
+        );
+    }
+    assert!(!events.iter().any(|e| e.to_string().contains(TOKEN)));
 }
 
 /// The sandbox is killed while the test node runs, after the change's checkpoint: the ticket

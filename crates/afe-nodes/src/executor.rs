@@ -16,6 +16,9 @@ use serde_json::json;
 
 use crate::plan::{self, Kind};
 
+/// How often a running node's sandbox says it is still worked on (a reaper's grace is minutes).
+const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Runs `git` and `exec` nodes in sandboxes of one adapter.
 pub struct SandboxExecutor {
     sandbox: Arc<dyn Sandbox>,
@@ -256,7 +259,19 @@ impl NodeExecutor for SandboxExecutor {
             }
         };
         self.mark(&opened, Lifecycle::Working).await;
-        let result = self.run(&call, &kind, &opened, checkpoints.last()).await;
+        let result = {
+            let running = self.run(&call, &kind, &opened, checkpoints.last());
+            tokio::pin!(running);
+            // The heartbeat a reaper reads goes on while a long node runs.
+            let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
+            beat.tick().await;
+            loop {
+                tokio::select! {
+                    result = &mut running => break result,
+                    _ = beat.tick() => self.mark(&opened, Lifecycle::Working).await,
+                }
+            }
+        };
         self.record_decisions(&call, &opened, &since).await;
         match result {
             Ok(result) => {
