@@ -10,7 +10,9 @@ use afe_queue::{
     EmbeddedNotifier, EmbeddedQueue, Notifier, Queue, QueueSettings, RedisNotifier, RedisQueue,
 };
 use afe_store::{NewTicket, SqlStore, Store, TicketState};
-use afe_worker::{Script, ScriptedExecutor, Worker, WorkerSettings};
+use afe_worker::{
+    NodeCall, NodeError, NodeExecutor, NodeResult, Script, ScriptedExecutor, Worker, WorkerSettings,
+};
 use serde_json::json;
 
 struct Pair {
@@ -115,11 +117,22 @@ impl Pair {
             default: Default::default(),
             nodes,
         };
+        self.worker_with(Arc::new(ScriptedExecutor::new(script)))
+    }
+
+    /// A worker in this process running nodes with `executor`.
+    fn worker_with(
+        &self,
+        executor: Arc<dyn NodeExecutor>,
+    ) -> (
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let worker = Arc::new(Worker::new(
             self.store.clone(),
             self.queue.clone(),
             self.notifier.clone(),
-            Arc::new(ScriptedExecutor::new(script)),
+            executor,
             WorkerSettings {
                 id: "in-process".into(),
                 lease_ttl: Duration::from_secs(6),
@@ -171,6 +184,8 @@ macro_rules! on_both_pairs {
 }
 
 on_both_pairs!(
+    a_lost_sandbox_requeues_the_ticket_and_the_node_runs_again,
+    a_node_whose_sandbox_keeps_going_away_fails_its_ticket,
     a_flow_runs_to_done_and_every_event_is_published_after_its_commit,
     an_entry_delivered_too_often_is_dead_lettered_and_its_ticket_fails,
     a_starting_worker_requeues_a_ticket_running_without_a_live_lease,
@@ -371,5 +386,86 @@ spec:
     stop.send(true).unwrap();
     worker.await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+    pair.close().await;
+}
+
+/// An executor whose sandbox goes away during node `n2` on its first `lose` attempts; it writes
+/// down every node it runs and every ticket it is told has ended.
+struct Losing {
+    lose: i32,
+    ran: std::sync::Mutex<Vec<(String, i32)>>,
+    ended: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl NodeExecutor for Losing {
+    async fn execute(&self, call: NodeCall) -> Result<NodeResult, NodeError> {
+        self.ran
+            .lock()
+            .unwrap()
+            .push((call.node.id.clone(), call.attempt));
+        if call.node.id == "n2" && call.attempt <= self.lose {
+            return Err(NodeError::SandboxGone("the container was killed".into()));
+        }
+        Ok(NodeResult::default())
+    }
+
+    async fn ticket_ended(&self, ticket: &str) {
+        self.ended.lock().unwrap().push(ticket.to_string());
+    }
+}
+
+fn losing(lose: i32) -> Arc<Losing> {
+    Arc::new(Losing {
+        lose,
+        ran: Default::default(),
+        ended: Default::default(),
+    })
+}
+
+/// The sandbox goes away during n2: the loss is recorded, the ticket goes back to the queue, n2
+/// runs again (attempt 2) and the ticket finishes; n1 never runs again; the executor hears once
+/// that the ticket ended.
+async fn a_lost_sandbox_requeues_the_ticket_and_the_node_runs_again(pair: Pair) {
+    let executor = losing(1);
+    let (stop, worker) = pair.worker_with(executor.clone());
+    let id = pair.ticket().await;
+    pair.queue.enqueue(&id).await.unwrap();
+    let ended = pair.ended(&id).await;
+    assert_eq!(ended.state, TicketState::Done, "{:?}", ended.reason);
+    let _ = stop.send(true);
+    worker.await.unwrap();
+    let ran = executor.ran.lock().unwrap().clone();
+    let n = |node: &str| ran.iter().filter(|(n, _)| n == node).count();
+    assert_eq!((n("n1"), n("n2"), n("n3")), (1, 2, 1), "{ran:?}");
+    let events = pair.store.events(&id, 0, 100).await.unwrap();
+    let lost: Vec<_> = events.iter().filter(|e| e.kind == "sandbox.lost").collect();
+    assert_eq!(lost.len(), 1);
+    assert_eq!(lost[0].payload["node"], "n2");
+    assert!(events.iter().any(|e| e.kind == "ticket.released"));
+    assert_eq!(*executor.ended.lock().unwrap(), [id]);
+    pair.close().await;
+}
+
+/// A sandbox that goes away every time does not keep the ticket forever: after five starts of
+/// the node the ticket fails, saying why, and the executor hears it ended.
+async fn a_node_whose_sandbox_keeps_going_away_fails_its_ticket(pair: Pair) {
+    let executor = losing(i32::MAX);
+    let (stop, worker) = pair.worker_with(executor.clone());
+    let id = pair.ticket().await;
+    pair.queue.enqueue(&id).await.unwrap();
+    let ended = pair.ended(&id).await;
+    let _ = stop.send(true);
+    worker.await.unwrap();
+    assert_eq!(ended.state, TicketState::Failed);
+    let reason = ended.reason.unwrap_or_default();
+    assert!(
+        reason.starts_with("NodeAttemptsExhausted: node n2"),
+        "{reason}"
+    );
+    let runs = pair.store.node_runs(&id).await.unwrap();
+    let n2 = runs.iter().find(|r| r.node == "n2").unwrap();
+    assert_eq!(n2.attempts, 5);
+    assert_eq!(*executor.ended.lock().unwrap(), [id]);
     pair.close().await;
 }
