@@ -114,10 +114,17 @@ impl DockerSandbox {
         self.engine_image
             .get_or_try_init(|| async {
                 match &self.settings.engine_image {
-                    Some(image) => Ok(image.clone()),
+                    Some(image) => match self.docker.inspect_image(image).await {
+                        Ok(_) => Ok(image.clone()),
+                        Err(err) => Err(SandboxError::EngineImage {
+                            detail: format!("{image} is not on the daemon: {err}"),
+                        }),
+                    },
                     None => af_docker::engine_image::ensure(&self.docker)
                         .await
-                        .map_err(|e| platform("preparing the engine image", e)),
+                        .map_err(|e| SandboxError::EngineImage {
+                            detail: e.to_string(),
+                        }),
                 }
             })
             .await
@@ -554,10 +561,9 @@ impl Sandbox for DockerSandbox {
                 true
             }
             OpenAction::Create => {
-                // Pieces without a sandbox container (a create cut short) go first.
-                if !found.containers.is_empty() {
-                    self.remove(&spec.ticket).await?;
-                }
+                // Pieces of a create cut short go first — a volume among them: Docker would hand
+                // it back as it is, and a new sandbox starts with an empty workspace.
+                self.remove(&spec.ticket).await?;
                 self.create(spec, &signature).await?;
                 true
             }

@@ -348,3 +348,51 @@ async fn a_missing_image_is_named_and_nothing_is_left() {
     );
     assert_eq!(left_of(&sandbox, &ticket).await, (0, 0));
 }
+
+/// A create cut short leaves a volume behind with what it held; opening makes the sandbox anew
+/// with an empty workspace, not on the leftover.
+#[tokio::test]
+async fn a_leftover_volume_does_not_become_the_new_workspace() {
+    let ticket = ticket();
+    let _cleanup = Cleanup(ticket.clone());
+    let sandbox = adapter(DockerSandboxSettings::default()).await;
+    let spec = spec(&ticket);
+    let first = open(&sandbox, &spec).await;
+    sh(&sandbox, &first, "echo stale > /workspace/repo/left").await;
+    // Only the containers go, as when a worker died removing them.
+    for name in [format!("afe-{ticket}"), format!("afe-{ticket}-net")] {
+        sandbox
+            .docker()
+            .remove_container(
+                &name,
+                Some(bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(left_of(&sandbox, &ticket).await, (0, 1));
+    let second = open(&sandbox, &spec).await;
+    assert!(second.fresh);
+    let seen = sh(&sandbox, &second, "ls -A /workspace/repo | wc -l").await;
+    assert_eq!(seen.stdout.text(), "0\n", "the workspace is empty");
+}
+
+/// An engine image that is not there is named as the engine's, with what to do about it, and
+/// nothing of the ticket is made.
+#[tokio::test]
+async fn a_missing_engine_image_is_the_engines_error() {
+    let ticket = ticket();
+    let _cleanup = Cleanup(ticket.clone());
+    let sandbox = adapter(DockerSandboxSettings {
+        engine_image: Some("afe-no-such-engine:never".to_string()),
+        ..DockerSandboxSettings::default()
+    })
+    .await;
+    let refused = sandbox.open(&spec(&ticket)).await.unwrap_err();
+    assert_eq!(refused.code(), "AFE-SBX-008", "{refused}");
+    assert!(refused.help().contains("scripts/build-engine"));
+    assert_eq!(left_of(&sandbox, &ticket).await, (0, 0));
+}

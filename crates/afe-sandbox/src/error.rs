@@ -35,6 +35,10 @@ pub enum SandboxError {
     /// ticket ran, and the sandbox was removed.
     #[error("AFE-SBX-007 the sandbox of ticket {ticket} could not be contained: {why}")]
     Containment { ticket: String, why: String },
+    /// The engine image (netlock, the proxy) could not be had: its static binary is missing, or
+    /// the image named instead is not on the platform.
+    #[error("AFE-SBX-008 the engine image is not available: {detail}")]
+    EngineImage { detail: String },
 }
 
 impl SandboxError {
@@ -52,6 +56,7 @@ impl SandboxError {
             SandboxError::NotOurs { .. } => "AFE-SBX-005",
             SandboxError::Image { .. } => "AFE-SBX-006",
             SandboxError::Containment { .. } => "AFE-SBX-007",
+            SandboxError::EngineImage { .. } => "AFE-SBX-008",
         }
     }
 
@@ -79,11 +84,14 @@ impl SandboxError {
             SandboxError::Containment { .. } => {
                 "check that the machine has iptables with the owner match (netlock) and that the engine image is af's; the message says which step failed"
             }
+            SandboxError::EngineImage { .. } => {
+                "build the static af-proxy with scripts/build-engine and pass its path as AF_PROXY_BINARY, or name an engine image that is on the platform (AF_PROXY_IMAGE, --engine-image)"
+            }
         }
     }
 
     /// Every code, for docs/errors.md.
-    pub const CODES: [&'static str; 7] = [
+    pub const CODES: [&'static str; 8] = [
         "AFE-SBX-001",
         "AFE-SBX-002",
         "AFE-SBX-003",
@@ -91,5 +99,6 @@ impl SandboxError {
         "AFE-SBX-005",
         "AFE-SBX-006",
         "AFE-SBX-007",
+        "AFE-SBX-008",
     ];
 }
