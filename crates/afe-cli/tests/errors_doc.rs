@@ -1,5 +1,5 @@
-//! docs/errors.md documents exactly the codes of the store, the queue, the sandbox, the workspace
-//! and `afe run` (the config's are checked by afe-config's own test).
+//! docs/errors.md documents exactly the codes of the store, the queue, the sandbox, the workspace,
+//! the nodes and `afe run` (the config's are checked by afe-config's own test).
 
 fn documented(prefixes: &[&str]) -> Vec<String> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/errors.md");
@@ -13,16 +13,17 @@ fn documented(prefixes: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn errors_md_documents_exactly_the_store_queue_sandbox_and_workspace_codes() {
+fn errors_md_documents_exactly_the_store_queue_sandbox_workspace_and_node_codes() {
     let existing: Vec<String> = afe_store::StoreError::CODES
         .iter()
         .chain(afe_queue::QueueError::CODES.iter())
         .chain(afe_sandbox::SandboxError::CODES.iter())
         .chain(afe_workspace::WorkspaceError::CODES.iter())
+        .chain(afe_nodes::NodeFailure::CODES.iter())
         .map(|c| c.to_string())
         .collect();
     assert_eq!(
-        documented(&["AFE-STO-", "AFE-QUE-", "AFE-SBX-", "AFE-GIT-"]),
+        documented(&["AFE-STO-", "AFE-QUE-", "AFE-SBX-", "AFE-GIT-", "AFE-NODE-"]),
         existing
     );
 }

@@ -315,3 +315,42 @@ async fn the_proxys_decisions_are_the_tickets_events() {
     );
     assert_eq!(after.1, before.1, "nothing reached the denied host");
 }
+
+/// A node whose command fails ends the ticket as failed, with the command, its status and its
+/// last words in the reason (AFE-NODE-001) and the exit status 5; its sandbox goes all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_command_fails_the_ticket_and_says_why() {
+    let dir = afe_testkit::scratch("afe-run-fail");
+    config(
+        &dir,
+        &[],
+        false,
+        Some("echo the build is broken >&2; exit 3"),
+    );
+    let (_server, input) = repository(&dir).await;
+    let out = afe()
+        .args(["run", "--local", "--json", "--flow", "demo", "-c"])
+        .arg(&dir)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let events = events(&String::from_utf8_lossy(&out.stdout));
+    let failed = kinds(&events, "node.failed");
+    assert_eq!(failed.len(), 1);
+    let error = failed[0]["payload"]["error"].as_str().unwrap();
+    for expected in [
+        "AFE-NODE-001",
+        "exited with status 3",
+        "the build is broken",
+        "help:",
+    ] {
+        assert!(error.contains(expected), "{expected}: {error}");
+    }
+    let last = events.last().unwrap();
+    assert_eq!(last["kind"], "ticket.failed");
+    let ticket = last["ticket"].as_str().unwrap();
+    assert_eq!(kinds(&events, "node.completed").len(), 1, "only the clone");
+    assert_eq!(left_of(ticket).await, (0, 0));
+}

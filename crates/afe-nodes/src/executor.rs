@@ -14,6 +14,7 @@ use afe_workspace::{Bundle, Checkpointed, Credentials, Workspace, WorkspaceError
 use async_trait::async_trait;
 use serde_json::json;
 
+use crate::error::NodeFailure;
 use crate::plan::{self, Kind};
 
 /// How often a running node's sandbox says it is still worked on (a reaper's grace is minutes).
@@ -38,11 +39,13 @@ impl std::fmt::Debug for SandboxExecutor {
 }
 
 /// A node's failure, sorted by what the worker does about it.
-fn node_error(err: WorkspaceError) -> NodeError {
+fn node_error(err: NodeFailure) -> NodeError {
     let said = format!("{err}\n  help: {}", err.help());
     match &err {
         _ if err.is_gone() => NodeError::SandboxGone(said),
-        WorkspaceError::Sandbox(SandboxError::Platform { .. }) => NodeError::Unavailable(said),
+        NodeFailure::Workspace(WorkspaceError::Sandbox(SandboxError::Platform { .. })) => {
+            NodeError::Unavailable(said)
+        }
         _ => NodeError::Failed(said),
     }
 }
@@ -118,7 +121,7 @@ impl SandboxExecutor {
         kind: &Kind,
         opened: &Opened,
         last: Option<&Checkpoint>,
-    ) -> Result<NodeResult, WorkspaceError> {
+    ) -> Result<NodeResult, NodeFailure> {
         let workspace = Workspace::new(self.sandbox.as_ref(), opened);
         match kind {
             Kind::Clone => {
@@ -160,10 +163,12 @@ impl SandboxExecutor {
                     })
                     .await?;
                 if !ran.succeeded() {
-                    return Err(WorkspaceError::InSandbox {
-                        operation: "run the node's command",
-                        detail: plan::exec_failure(argv, ran.status, &ran.stdout, &ran.stderr),
-                    });
+                    return Err(NodeFailure::CommandFailed(plan::exec_failure(
+                        argv,
+                        ran.status,
+                        &ran.stdout,
+                        &ran.stderr,
+                    )));
                 }
                 let checkpoint = match workspace
                     .checkpoint(last.map(|c| c.head.as_str()), &call.node.id)
@@ -245,7 +250,7 @@ impl NodeExecutor for SandboxExecutor {
     async fn execute(&self, call: NodeCall) -> Result<NodeResult, NodeError> {
         let kind = match plan::kind_of(&call.node) {
             Ok(kind) => kind,
-            Err(name) => return Err(NodeError::Failed(plan::not_built(name))),
+            Err(name) => return Err(node_error(NodeFailure::NotBuilt(name))),
         };
         let checkpoints = self.store.checkpoints(&call.ticket.id).await?;
         let since = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
@@ -255,7 +260,7 @@ impl NodeExecutor for SandboxExecutor {
                 if err.is_gone() {
                     let _ = self.sandbox.remove(&call.ticket.id).await;
                 }
-                return Err(node_error(err));
+                return Err(node_error(err.into()));
             }
         };
         self.mark(&opened, Lifecycle::Working).await;

@@ -5,10 +5,13 @@
 //! interrupted is run again from the last checkpoint in a new sandbox; a push interrupted is
 //! reconciled (the lease finds what already arrived).
 //!
+//! - [`error`]: why a node failed, by cause, with its code.
 //! - [`plan`]: the pure decisions (kind, sandbox, repository, an exec's variables and output).
 //! - [`executor`]: [`SandboxExecutor`], the worker's `NodeExecutor` over the Sandbox port.
 
+pub mod error;
 pub mod executor;
 pub mod plan;
 
+pub use error::NodeFailure;
 pub use executor::SandboxExecutor;

@@ -29,13 +29,6 @@ pub fn kind_of(node: &FlowNode) -> Result<Kind, &'static str> {
     }
 }
 
-/// Why a node of a kind not built yet fails.
-pub fn not_built(kind: &str) -> String {
-    format!(
-        "`{kind}` nodes are not built yet (they come with the model calls); this afe runs git and exec nodes"
-    )
-}
-
 /// The sandbox of `ticket` as its flow froze it: the image, the limits, the egress, and the
 /// variables the flow names with their values from the worker's environment (`lookup`) — nothing
 /// else of the worker's. A named variable the worker does not have is refused, not left out.
