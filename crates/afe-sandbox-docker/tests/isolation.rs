@@ -375,7 +375,7 @@ async fn without_egress_nothing_leaves() {
     let sandbox = adapter(outside.settings()).await;
     let opened = open(&sandbox, &spec(&ticket)).await;
     put_probe(&sandbox, &opened).await;
-    let (containers, _) = left_of(&sandbox, &ticket).await;
+    let (containers, _) = sandbox_objects(&ticket).await;
     assert_eq!(containers, 2, "no proxy container without egress");
     let env = sh(&sandbox, &opened, "env | grep -ci proxy; ip -o link 2>/dev/null | wc -l; cat /proc/net/dev | tail -n +3 | cut -d: -f1").await;
     assert!(
@@ -433,15 +433,7 @@ async fn without_egress_nothing_leaves() {
 async fn plain_container_probe(outside: &Outside, engine: &str) -> BTreeMap<String, String> {
     let docker = &outside.docker;
     let name = format!("afe-control-{}", std::process::id());
-    let _ = docker
-        .remove_container(
-            &name,
-            Some(bollard::query_parameters::RemoveContainerOptions {
-                force: true,
-                ..Default::default()
-            }),
-        )
-        .await;
+    remove_container(docker, &name).await;
     let mut argv = probe_argv("/af-proxy", outside, "127.0.0.1:9");
     argv.remove(0);
     docker
@@ -487,14 +479,19 @@ async fn plain_container_probe(outside: &Outside, engine: &str) -> BTreeMap<Stri
     while let Some(Ok(line)) = logs.next().await {
         text.push_str(&line.to_string());
     }
+    remove_container(docker, &name).await;
+    outcomes(&text)
+}
+
+/// Removes a container of the test's own, whatever state it is in; none is fine.
+async fn remove_container(docker: &Docker, name: &str) {
     let _ = docker
         .remove_container(
-            &name,
+            name,
             Some(bollard::query_parameters::RemoveContainerOptions {
                 force: true,
                 ..Default::default()
             }),
         )
         .await;
-    outcomes(&text)
 }

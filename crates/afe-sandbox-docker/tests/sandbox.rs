@@ -275,13 +275,13 @@ async fn remove_takes_everything_of_the_ticket_by_label_and_is_idempotent() {
     let sandbox = adapter(DockerSandboxSettings::default()).await;
     open(&sandbox, &spec(&ticket)).await;
     assert_eq!(
-        left_of(&sandbox, &ticket).await,
+        sandbox_objects(&ticket).await,
         (2, 1),
         "holder and sandbox (no proxy without egress), and the volume"
     );
     sandbox.remove(&ticket).await.unwrap();
     sandbox.remove(&ticket).await.unwrap();
-    assert_eq!(left_of(&sandbox, &ticket).await, (0, 0));
+    assert_eq!(sandbox_objects(&ticket).await, (0, 0));
 }
 
 /// A sandbox whose container was killed is gone: a command in it says so (the engine restores the
@@ -346,7 +346,7 @@ async fn a_missing_image_is_named_and_nothing_is_left() {
         matches!(&refused, Err(SandboxError::Image { image, .. }) if image == "afe-no-such-image:never"),
         "{refused:?}"
     );
-    assert_eq!(left_of(&sandbox, &ticket).await, (0, 0));
+    assert_eq!(sandbox_objects(&ticket).await, (0, 0));
 }
 
 /// A create cut short leaves a volume behind with what it held; opening makes the sandbox anew
@@ -373,7 +373,7 @@ async fn a_leftover_volume_does_not_become_the_new_workspace() {
             .await
             .unwrap();
     }
-    assert_eq!(left_of(&sandbox, &ticket).await, (0, 1));
+    assert_eq!(sandbox_objects(&ticket).await, (0, 1));
     let second = open(&sandbox, &spec).await;
     assert!(second.fresh);
     let seen = sh(&sandbox, &second, "ls -A /workspace/repo | wc -l").await;
@@ -394,5 +394,5 @@ async fn a_missing_engine_image_is_the_engines_error() {
     let refused = sandbox.open(&spec(&ticket)).await.unwrap_err();
     assert_eq!(refused.code(), "AFE-SBX-008", "{refused}");
     assert!(refused.help().contains("scripts/build-engine"));
-    assert_eq!(left_of(&sandbox, &ticket).await, (0, 0));
+    assert_eq!(sandbox_objects(&ticket).await, (0, 0));
 }

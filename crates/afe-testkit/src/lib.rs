@@ -6,7 +6,7 @@ pub mod git_server;
 pub mod sandbox_image;
 
 pub use git_server::GitServer;
-pub use sandbox_image::sandbox_image;
+pub use sandbox_image::{sandbox_image, sandbox_objects, wait_for_process};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

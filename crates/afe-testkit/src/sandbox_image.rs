@@ -1,4 +1,5 @@
-//! The sandbox image the tests run tickets in. No registry is reachable, so it is made on this
+//! The sandbox image the tests run tickets in, and what a test reads of a ticket's sandbox on the
+//! daemon. No registry is reachable, so it is made on this
 //! machine by `scripts/build-sandbox-image` (a debootstrap root filesystem with git, imported into
 //! the daemon, cached by the digest of its inputs). `.ci/test` builds it before the tests and
 //! passes it as `AFE_SANDBOX_IMAGE`; elsewhere the first test that needs it builds it.
@@ -28,4 +29,50 @@ pub fn sandbox_image() -> String {
             String::from_utf8_lossy(&output.stdout).trim().to_string()
         })
         .clone()
+}
+
+/// How many containers and volumes of `ticket` the daemon still has, found by its label alone.
+pub async fn sandbox_objects(ticket: &str) -> (usize, usize) {
+    let docker = bollard::Docker::connect_with_local_defaults().expect("the Docker daemon");
+    let filter = || {
+        Some(std::collections::HashMap::from([(
+            "label".to_string(),
+            vec![format!("afe.ticket={ticket}")],
+        )]))
+    };
+    let containers = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: filter(),
+            ..Default::default()
+        }))
+        .await
+        .expect("listing containers");
+    let volumes = docker
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+            filters: filter(),
+        }))
+        .await
+        .expect("listing volumes");
+    (containers.len(), volumes.volumes.unwrap_or_default().len())
+}
+
+/// Waits until a process whose command line holds `needle` runs in the ticket's sandbox container
+/// (`afe-<ticket>`): a node is at the point the test wants to cut it. Asked until it is, with no
+/// clock to race.
+pub async fn wait_for_process(ticket: &str, needle: &str) {
+    let docker = bollard::Docker::connect_with_local_defaults().expect("the Docker daemon");
+    loop {
+        if let Ok(top) = docker
+            .top_processes(
+                &format!("afe-{ticket}"),
+                None::<bollard::query_parameters::TopOptions>,
+            )
+            .await
+            && format!("{:?}", top.processes).contains(needle)
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

@@ -88,50 +88,7 @@ pub async fn repository(dir: &Path) -> (GitServer, PathBuf) {
     (server, input)
 }
 
-/// The ticket's containers and volumes still on the daemon.
-pub async fn left_of(ticket: &str) -> (usize, usize) {
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let filter = || {
-        Some(std::collections::HashMap::from([(
-            "label".to_string(),
-            vec![format!("afe.ticket={ticket}")],
-        )]))
-    };
-    let containers = docker
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: filter(),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
-    let volumes = docker
-        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
-            filters: filter(),
-        }))
-        .await
-        .unwrap();
-    (containers.len(), volumes.volumes.unwrap_or_default().len())
-}
-
-/// Waits until `script` (a `ps` line) runs in the ticket's sandbox container: the node is at the
-/// point the test wants to cut it.
-pub async fn wait_for_process(ticket: &str, needle: &str) {
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    loop {
-        if let Ok(top) = docker
-            .top_processes(
-                &format!("afe-{ticket}"),
-                None::<bollard::query_parameters::TopOptions>,
-            )
-            .await
-            && format!("{:?}", top.processes).contains(needle)
-        {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
+pub use afe_testkit::{sandbox_objects as left_of, wait_for_process};
 
 /// How many times each node of the ticket was started.
 pub async fn attempts(

@@ -72,29 +72,4 @@ pub async fn sh(sandbox: &DockerSandbox, opened: &Opened, script: &str) -> ExecO
         .expect("the command runs")
 }
 
-/// The ticket's containers and volumes on the daemon, found by the ticket's label alone.
-pub async fn left_of(sandbox: &DockerSandbox, ticket: &str) -> (usize, usize) {
-    let filter = || {
-        Some(std::collections::HashMap::from([(
-            "label".to_string(),
-            vec![format!("afe.ticket={ticket}")],
-        )]))
-    };
-    let containers = sandbox
-        .docker()
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: filter(),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
-    let volumes = sandbox
-        .docker()
-        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
-            filters: filter(),
-        }))
-        .await
-        .unwrap();
-    (containers.len(), volumes.volumes.unwrap_or_default().len())
-}
+pub use afe_testkit::sandbox_objects;
