@@ -141,6 +141,10 @@ async fn the_ticket_survives_losing_its_sandbox_without_repeating_a_completed_no
             break;
         }
     }
+    assert!(
+        seen.last().is_some_and(|e| e["kind"] == "node.started"),
+        "the ticket ended before its test node: {seen:#?}"
+    );
     wait_for_process(&ticket, "sleep 600").await;
     let docker = bollard::Docker::connect_with_local_defaults().unwrap();
     docker

@@ -82,8 +82,15 @@ async fn a_killed_workers_ticket_is_taken_over_and_finished() {
             .collect::<Vec<_>>()
             .join("\n---\n")
     };
-    // Until it ends, asked every half second for as long as it takes (no clock to race).
+    // Until it ends, asked every half second (the deadline only ends a test whose ticket never
+    // would; it times nothing).
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
     let ended = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ticket never ended:\n{}",
+            logs()
+        );
         let found = store.ticket(&ticket).await.unwrap();
         if found.state.is_terminal() {
             break found;

@@ -58,11 +58,16 @@ pub async fn sandbox_objects(ticket: &str) -> (usize, usize) {
 }
 
 /// Waits until a process whose command line holds `needle` runs in the ticket's sandbox container
-/// (`afe-<ticket>`): a node is at the point the test wants to cut it. Asked until it is, with no
-/// clock to race.
+/// (`afe-<ticket>`): a node is at the point the test wants to cut it. Asked until it is — the
+/// deadline only ends a test whose ticket never got there, it times nothing.
 pub async fn wait_for_process(ticket: &str, needle: &str) {
     let docker = bollard::Docker::connect_with_local_defaults().expect("the Docker daemon");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
     loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{needle:?} never ran in the sandbox of ticket {ticket}"
+        );
         if let Ok(top) = docker
             .top_processes(
                 &format!("afe-{ticket}"),
