@@ -218,10 +218,46 @@ fn make_repository(dir: &Path, mb: usize) -> Result<()> {
 }
 
 pub async fn run(options: Options) -> Result<()> {
-    let image = afe_testkit::sandbox_image();
     let sandbox = DockerSandbox::connect(DockerSandboxSettings::default())
         .await
         .context("the Docker daemon")?;
+    let measured = measure(&sandbox, &options).await;
+    // Whatever the benchmark made, it removes, failed or not: its tickets are found by label.
+    let docker = sandbox.docker();
+    let leftovers = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(std::collections::HashMap::from([(
+                "label".to_string(),
+                vec!["app.kubernetes.io/managed-by=afe".to_string()],
+            )])),
+            ..Default::default()
+        }))
+        .await
+        .unwrap_or_default();
+    let mine = format!("-{}-", std::process::id());
+    for container in leftovers {
+        let ticket = container
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("afe.ticket"))
+            .cloned()
+            .unwrap_or_default();
+        if ticket.starts_with("bench-") && ticket.contains(&mine) {
+            let _ = sandbox.remove(&ticket).await;
+        }
+    }
+    for tag in ["run", "floor", "plain"] {
+        for round in 0..=options.rounds {
+            remove_container(docker, &ticket(tag, round)).await;
+            remove_container(docker, &format!("{}-net", ticket(tag, round))).await;
+        }
+    }
+    measured
+}
+
+async fn measure(sandbox: &DockerSandbox, options: &Options) -> Result<()> {
+    let image = afe_testkit::sandbox_image();
     let docker = sandbox.docker().clone();
     println!(
         "afe sandbox on Docker, image {image}, {} rounds each, baselines alternating",
@@ -238,9 +274,9 @@ pub async fn run(options: Options) -> Result<()> {
         remove_container(&docker, &name).await;
         let floor = pod_floor(&docker, &engine, &image, &ticket("floor", round)).await?;
         let (_, without) =
-            open_ready(&sandbox, &spec(&ticket("open", round), &image, false)).await?;
+            open_ready(sandbox, &spec(&ticket("open", round), &image, false)).await?;
         sandbox.remove(&ticket("open", round)).await?;
-        let (_, with) = open_ready(&sandbox, &spec(&ticket("proxy", round), &image, true)).await?;
+        let (_, with) = open_ready(sandbox, &spec(&ticket("proxy", round), &image, true)).await?;
         sandbox.remove(&ticket("proxy", round)).await?;
         if round > 0 {
             baseline.push(base);
@@ -277,7 +313,7 @@ pub async fn run(options: Options) -> Result<()> {
     // A command's round trip.
     let plain = ticket("plain", 0);
     docker_run(&docker, &image, &plain).await?;
-    let (opened, _) = open_ready(&sandbox, &spec(&ticket("exec", 0), &image, false)).await?;
+    let (opened, _) = open_ready(sandbox, &spec(&ticket("exec", 0), &image, false)).await?;
     let (mut direct, mut ported) = (Vec::new(), Vec::new());
     for _ in 0..(options.rounds * 10).max(20) {
         direct.push(plain_exec(&docker, &plain).await?);
@@ -327,7 +363,7 @@ pub async fn run(options: Options) -> Result<()> {
         head: cloned.head.clone(),
         bytes: cloned.bundle.clone(),
     };
-    let workspace = Workspace::new(&sandbox, &opened);
+    let workspace = Workspace::new(sandbox, &opened);
     workspace
         .restore(std::slice::from_ref(&base_bundle))
         .await?;
@@ -399,9 +435,9 @@ pub async fn run(options: Options) -> Result<()> {
         clones.push(seconds(started));
         let _ = std::fs::remove_dir_all(&target);
         let (fresh, _) =
-            open_ready(&sandbox, &spec(&ticket("restore", round), &image, false)).await?;
+            open_ready(sandbox, &spec(&ticket("restore", round), &image, false)).await?;
         let started = Instant::now();
-        Workspace::new(&sandbox, &fresh).restore(&chain).await?;
+        Workspace::new(sandbox, &fresh).restore(&chain).await?;
         restores.push(seconds(started));
         sandbox.remove(&ticket("restore", round)).await?;
     }
