@@ -20,10 +20,18 @@ fn errors_md_documents_exactly_the_store_queue_sandbox_workspace_and_node_codes(
         .chain(afe_sandbox::SandboxError::CODES.iter())
         .chain(afe_workspace::WorkspaceError::CODES.iter())
         .chain(afe_nodes::NodeFailure::CODES.iter())
+        .chain(afe_model::ModelError::CODES.iter())
         .map(|c| c.to_string())
         .collect();
     assert_eq!(
-        documented(&["AFE-STO-", "AFE-QUE-", "AFE-SBX-", "AFE-GIT-", "AFE-NODE-"]),
+        documented(&[
+            "AFE-STO-",
+            "AFE-QUE-",
+            "AFE-SBX-",
+            "AFE-GIT-",
+            "AFE-NODE-",
+            "AFE-MOD-"
+        ]),
         existing
     );
 }

@@ -3,9 +3,11 @@
 //! whose server is missing fails and says how to start it — it is never skipped.
 
 pub mod git_server;
+pub mod model_server;
 pub mod sandbox_image;
 
 pub use git_server::GitServer;
+pub use model_server::{Answer, ModelServer, Reply};
 pub use sandbox_image::{sandbox_image, sandbox_objects, wait_for_process};
 
 use std::path::{Path, PathBuf};
