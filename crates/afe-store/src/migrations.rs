@@ -98,6 +98,13 @@ CREATE TABLE afe_events (
         // after it (`^head`), and a restore checks out the last one. Empty for rows of version 1.
         "ALTER TABLE afe_checkpoints ADD COLUMN head TEXT NOT NULL DEFAULT ''",
     ),
+    (
+        3,
+        "the provider's generation id of a reservation's call",
+        // Kept as soon as the call has one: a reservation whose call reached the provider is
+        // settled by it later, never released unpaid.
+        "ALTER TABLE afe_ledger ADD COLUMN generation TEXT",
+    ),
 ];
 
 /// What `migrate` did.

@@ -134,12 +134,14 @@ pub struct NodeRun {
     pub finished_at: Option<i64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Reservation {
     pub id: i64,
     pub ticket: TicketId,
     pub node: String,
     pub usd_micros: i64,
+    /// What making it wrote to the ticket's log (`ledger.reserved`), to announce.
+    pub events: Vec<Event>,
 }
 
 /// What a paid call cost, as the provider reported it.
@@ -164,6 +166,8 @@ pub struct LedgerEntry {
     pub state: LedgerState,
     /// The lease epoch the reservation was made under.
     pub epoch: i64,
+    /// The provider's id of the call it was made for, once the call had one.
+    pub generation: Option<String>,
 }
 
 /// A workspace checkpoint to save: the private ref, the commit it points at, and the incremental

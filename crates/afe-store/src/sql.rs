@@ -19,7 +19,7 @@ use crate::error::StoreError;
 use crate::migrations::{Migrated, migrate};
 use crate::model::{
     Checkpoint, Completion, Event, Finish, Lease, LedgerEntry, LedgerState, NewTicket, NodeRun,
-    NodeState, Reservation, Ticket, TicketId, TicketState,
+    NodeState, Reservation, Settlement, Ticket, TicketId, TicketState,
 };
 use crate::store::Store;
 
@@ -29,7 +29,7 @@ pub const DEFAULT_CHUNK_SIZE: usize = 8 << 20;
 
 const TICKET_COLUMNS: &str = "id, flow, input, revision, state, reason, lease_owner, lease_epoch, lease_expires_at, resume_token, budget_micros, created_at, updated_at";
 const NODE_COLUMNS: &str = "ticket, node, state, output, error, attempts, started_at, finished_at";
-const LEDGER_COLUMNS: &str = "id, ticket, node, provider, reserved_micros, settled_micros, tokens_in, tokens_out, state, epoch";
+const LEDGER_COLUMNS: &str = "id, ticket, node, provider, reserved_micros, settled_micros, tokens_in, tokens_out, state, epoch, generation";
 
 /// The store over a connection pool.
 #[derive(Debug, Clone)]
@@ -204,22 +204,82 @@ impl SqlStore {
         })
     }
 
-    /// Releases a ticket's open reservations (of one epoch, or of every epoch before one).
+    /// Releases a ticket's open reservations (of one epoch, or of every epoch before one) whose
+    /// call never reached the provider — none has a generation id. One whose call did may have
+    /// been charged: it stays reserved, counted against the budget, until it is settled with what
+    /// the provider reports. The `ledger.released` event, when any were.
     async fn release_reservations(
         &self,
         tx: &mut Transaction<'_, Any>,
         ticket: &str,
         condition: &str,
         epoch: i64,
-    ) -> Result<(), StoreError> {
-        sqlx::query(&self.sql(&format!(
-            "UPDATE afe_ledger SET state = 'released' WHERE ticket = $1 AND state = 'reserved' AND epoch {condition} $2"
+    ) -> Result<Option<Event>, StoreError> {
+        let mut released: Vec<i64> = sqlx::query(&self.sql(&format!(
+            "UPDATE afe_ledger SET state = 'released' WHERE ticket = $1 AND state = 'reserved' AND generation IS NULL AND epoch {condition} $2 RETURNING id"
         )))
         .bind(ticket)
         .bind(epoch)
-        .execute(&mut **tx)
-        .await?;
-        Ok(())
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+        if released.is_empty() {
+            return Ok(None);
+        }
+        released.sort_unstable();
+        Ok(Some(
+            self.append(
+                tx,
+                ticket,
+                "ledger.released",
+                json!({"reservations": released}),
+            )
+            .await?,
+        ))
+    }
+
+    /// Settles open reservations of the ticket with what the provider reported, each with its
+    /// `ledger.settled` event; one that is not open is refused (it was settled or released).
+    async fn settle_in(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        lease: &Lease,
+        settlements: &[Settlement],
+    ) -> Result<Vec<Event>, StoreError> {
+        let mut events = Vec::with_capacity(settlements.len());
+        for settlement in settlements {
+            let settled = sqlx::query(&self.sql(
+                "UPDATE afe_ledger SET state = 'settled', settled_micros = $3, tokens_in = $4, tokens_out = $5 WHERE id = $1 AND ticket = $2 AND state = 'reserved'",
+            ))
+            .bind(settlement.reservation)
+            .bind(&lease.ticket)
+            .bind(settlement.usd_micros)
+            .bind(settlement.tokens_in)
+            .bind(settlement.tokens_out)
+            .execute(&mut **tx)
+            .await?;
+            if settled.rows_affected() != 1 {
+                return Err(StoreError::InvalidState {
+                    detail: format!(
+                        "ticket {}: reservation {} is not open, so it cannot be settled",
+                        lease.ticket, settlement.reservation
+                    ),
+                });
+            }
+            events.push(
+                self.append(
+                    tx,
+                    &lease.ticket,
+                    "ledger.settled",
+                    json!({"reservation": settlement.reservation, "usd_micros": settlement.usd_micros,
+                        "tokens_in": settlement.tokens_in, "tokens_out": settlement.tokens_out}),
+                )
+                .await?,
+            );
+        }
+        Ok(events)
     }
 }
 
@@ -279,6 +339,7 @@ fn ledger_of(row: &AnyRow) -> Result<LedgerEntry, StoreError> {
             detail: state.clone(),
         })?,
         epoch: row.try_get("epoch")?,
+        generation: row.try_get("generation")?,
     })
 }
 
@@ -386,8 +447,9 @@ impl Store for SqlStore {
             epoch: row.try_get(0)?,
             expires_at: row.try_get(1)?,
         };
-        // Whatever an earlier holder set aside and never settled is given back.
-        self.release_reservations(&mut tx, id, "<", lease.epoch)
+        // Whatever an earlier holder set aside for a call that never went out is given back.
+        let released = self
+            .release_reservations(&mut tx, id, "<", lease.epoch)
             .await?;
         let event = self
             .append(
@@ -398,7 +460,7 @@ impl Store for SqlStore {
             )
             .await?;
         tx.commit().await?;
-        Ok(Some((lease, vec![event])))
+        Ok(Some((lease, released.into_iter().chain([event]).collect())))
     }
 
     async fn heartbeat(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
@@ -437,7 +499,8 @@ impl Store for SqlStore {
         .bind(&lease.ticket)
         .execute(&mut *tx)
         .await?;
-        self.release_reservations(&mut tx, &lease.ticket, "=", lease.epoch)
+        let released = self
+            .release_reservations(&mut tx, &lease.ticket, "=", lease.epoch)
             .await?;
         let event = self
             .append(
@@ -448,7 +511,7 @@ impl Store for SqlStore {
             )
             .await?;
         tx.commit().await?;
-        Ok(vec![event])
+        Ok(released.into_iter().chain([event]).collect())
     }
 
     async fn node_runs(&self, ticket: &str) -> Result<Vec<NodeRun>, StoreError> {
@@ -563,12 +626,22 @@ impl Store for SqlStore {
         .bind(lease.epoch)
         .fetch_one(&mut *tx)
         .await?;
+        let id: i64 = row.try_get(0)?;
+        let event = self
+            .append(
+                &mut tx,
+                &lease.ticket,
+                "ledger.reserved",
+                json!({"node": node, "reservation": id, "provider": provider, "usd_micros": usd_micros}),
+            )
+            .await?;
         tx.commit().await?;
         Ok(Reservation {
-            id: row.try_get(0)?,
+            id,
             ticket: lease.ticket.clone(),
             node: node.to_string(),
             usd_micros,
+            events: vec![event],
         })
     }
 
@@ -612,26 +685,9 @@ impl Store for SqlStore {
                 ),
             });
         }
-        for settlement in &completion.settlements {
-            let settled = sqlx::query(&self.sql(
-                "UPDATE afe_ledger SET state = 'settled', settled_micros = $3, tokens_in = $4, tokens_out = $5 WHERE id = $1 AND ticket = $2 AND state = 'reserved'",
-            ))
-            .bind(settlement.reservation)
-            .bind(&lease.ticket)
-            .bind(settlement.usd_micros)
-            .bind(settlement.tokens_in)
-            .bind(settlement.tokens_out)
-            .execute(&mut *tx)
+        let mut events = self
+            .settle_in(&mut tx, lease, &completion.settlements)
             .await?;
-            if settled.rows_affected() != 1 {
-                return Err(StoreError::InvalidState {
-                    detail: format!(
-                        "ticket {}: reservation {} is not open, so it cannot be settled",
-                        lease.ticket, settlement.reservation
-                    ),
-                });
-            }
-        }
         let mut checkpoint_id = None;
         if let Some(checkpoint) = &completion.checkpoint {
             let digest = hex(&Sha256::digest(&checkpoint.bundle));
@@ -678,7 +734,8 @@ impl Store for SqlStore {
             )
             .await?;
         tx.commit().await?;
-        Ok(vec![event])
+        events.push(event);
+        Ok(events)
     }
 
     async fn fail_node(
@@ -707,6 +764,46 @@ impl Store for SqlStore {
             .await?;
         tx.commit().await?;
         Ok(vec![event])
+    }
+
+    async fn note_generation(
+        &self,
+        lease: &Lease,
+        reservation: i64,
+        generation: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        self.fence(&mut tx, lease).await?;
+        let noted = sqlx::query(&self.sql(
+            "UPDATE afe_ledger SET generation = $3 WHERE id = $1 AND ticket = $2 AND state = 'reserved'",
+        ))
+        .bind(reservation)
+        .bind(&lease.ticket)
+        .bind(generation)
+        .execute(&mut *tx)
+        .await?;
+        if noted.rows_affected() != 1 {
+            return Err(StoreError::InvalidState {
+                detail: format!(
+                    "ticket {}: reservation {reservation} is not open, so no generation can be kept with it",
+                    lease.ticket
+                ),
+            });
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn settle(
+        &self,
+        lease: &Lease,
+        settlements: &[Settlement],
+    ) -> Result<Vec<Event>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        self.fence(&mut tx, lease).await?;
+        let events = self.settle_in(&mut tx, lease, settlements).await?;
+        tx.commit().await?;
+        Ok(events)
     }
 
     async fn record(&self, lease: &Lease, kind: &str, payload: Value) -> Result<Event, StoreError> {
@@ -739,13 +836,14 @@ impl Store for SqlStore {
         .bind(reason)
         .execute(&mut *tx)
         .await?;
-        self.release_reservations(&mut tx, &lease.ticket, "<=", lease.epoch)
+        let released = self
+            .release_reservations(&mut tx, &lease.ticket, "<=", lease.epoch)
             .await?;
         let event = self
             .append(&mut tx, &lease.ticket, kind, json!({"reason": reason}))
             .await?;
         tx.commit().await?;
-        Ok(vec![event])
+        Ok(released.into_iter().chain([event]).collect())
     }
 
     async fn fail_unheld(&self, id: &str, reason: &str) -> Result<Vec<Event>, StoreError> {
@@ -762,7 +860,7 @@ impl Store for SqlStore {
             return Ok(Vec::new());
         }
         sqlx::query(&self.sql(
-            "UPDATE afe_ledger SET state = 'released' WHERE ticket = $1 AND state = 'reserved'",
+            "UPDATE afe_ledger SET state = 'released' WHERE ticket = $1 AND state = 'reserved' AND generation IS NULL",
         ))
         .bind(id)
         .execute(&mut *tx)

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::error::StoreError;
 use crate::model::{
     Checkpoint, Completion, Event, Finish, Lease, LedgerEntry, NewTicket, NodeRun, Reservation,
-    Ticket, TicketId,
+    Settlement, Ticket, TicketId,
 };
 
 #[async_trait]
@@ -69,6 +69,21 @@ pub trait Store: Send + Sync {
         lease: &Lease,
         node: &str,
         error: &str,
+    ) -> Result<Vec<Event>, StoreError>;
+    /// Keeps the provider's generation id with a reservation as soon as the call has one, so a
+    /// call cut between its sending and its settling is settled later by it, not released.
+    async fn note_generation(
+        &self,
+        lease: &Lease,
+        reservation: i64,
+        generation: &str,
+    ) -> Result<(), StoreError>;
+    /// Settles open reservations outside a node's completion (a tool loop's turn, a call settled
+    /// later), each with its `ledger.settled` event.
+    async fn settle(
+        &self,
+        lease: &Lease,
+        settlements: &[Settlement],
     ) -> Result<Vec<Event>, StoreError>;
     /// Appends an event of the worker's to the ticket's log, under its lease (what a running
     /// node saw: its sandbox proxy's decisions, say).

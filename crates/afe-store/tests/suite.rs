@@ -42,6 +42,7 @@ on_both_stores!(
     bundles_are_stored_in_chunks_and_checked,
     a_reservation_over_budget_stops_the_ticket_and_the_ledger_adds_up,
     a_dead_workers_reservations_are_released_when_its_lease_is_taken_over,
+    a_reservation_whose_call_reached_the_provider_is_settled_not_released,
     events_are_ordered_and_readable_from_any_position,
     tickets_needing_a_worker_are_found_and_dead_letters_fail_only_unheld_tickets,
     release_lets_another_worker_claim_at_once,
@@ -197,7 +198,10 @@ async fn a_node_completes_in_one_transaction_and_never_runs_again(store: &SqlSto
         )
         .await
         .unwrap();
-    assert_eq!(events[0].kind, "node.completed");
+    // The settlement's event, then the completion's, committed together.
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["ledger.settled", "node.completed"]);
+    assert_eq!(events[0].payload["usd_micros"], 420_000);
     // Everything the transaction wrote is there together.
     let runs = store.node_runs(&id).await.unwrap();
     assert_eq!(runs[0].state, NodeState::Completed);
@@ -215,7 +219,7 @@ async fn a_node_completes_in_one_transaction_and_never_runs_again(store: &SqlSto
         ),
         ("refs/afe/x/n1", "5d2c0ffee")
     );
-    assert_eq!(events[0].payload["checkpoint"], json!(checkpoints[0].id));
+    assert_eq!(events[1].payload["checkpoint"], json!(checkpoints[0].id));
     assert_eq!(
         store.bundle(checkpoints[0].id).await.unwrap(),
         b"bundle bytes"
@@ -406,6 +410,88 @@ async fn a_dead_workers_reservations_are_released_when_its_lease_is_taken_over(s
     // The budget it held is free again.
     store.start_node(&next, "n1").await.unwrap();
     store.reserve(&next, "n1", "p", 900_000).await.unwrap();
+}
+
+/// A dead worker's reservation whose call reached the provider (it has a generation) is not
+/// released: it may have been charged. It stays counted against the budget until the next holder
+/// settles it with what the provider reports; a reservation whose call never went out is released.
+/// Every movement is an event.
+async fn a_reservation_whose_call_reached_the_provider_is_settled_not_released(store: &SqlStore) {
+    let id = ticket(store, Some(1_000_000)).await;
+    let dead = claim(store, &id, "dead", LONG).await;
+    store.start_node(&dead, "n1").await.unwrap();
+    let sent = store.reserve(&dead, "n1", "p", 400_000).await.unwrap();
+    assert_eq!(sent.events[0].kind, "ledger.reserved");
+    assert_eq!(sent.events[0].payload["usd_micros"], 400_000);
+    store
+        .note_generation(&dead, sent.id, "gen-7")
+        .await
+        .unwrap();
+    let unsent = store.reserve(&dead, "n1", "p", 300_000).await.unwrap();
+    expire_lease(store, &id).await;
+    let (next, claimed) = store.claim(&id, "next", LONG).await.unwrap().unwrap();
+    assert_eq!(claimed[0].kind, "ledger.released");
+    assert_eq!(claimed[0].payload["reservations"], json!([unsent.id]));
+    let ledger = store.ledger(&id).await.unwrap();
+    assert_eq!(ledger[0].generation.as_deref(), Some("gen-7"));
+    assert_eq!(
+        (ledger[0].state, ledger[1].state),
+        (LedgerState::Reserved, LedgerState::Released)
+    );
+    // Still counted: 400,000 of 1,000,000 held, so 700,000 more does not fit.
+    store.start_node(&next, "n1").await.unwrap();
+    assert!(matches!(
+        store.reserve(&next, "n1", "p", 700_000).await,
+        Err(StoreError::BudgetExceeded {
+            committed: 400_000,
+            ..
+        })
+    ));
+    let id = ticket(store, Some(1_000_000)).await;
+    let dead = claim(store, &id, "dead", LONG).await;
+    store.start_node(&dead, "n1").await.unwrap();
+    let sent = store.reserve(&dead, "n1", "p", 400_000).await.unwrap();
+    store
+        .note_generation(&dead, sent.id, "gen-8")
+        .await
+        .unwrap();
+    expire_lease(store, &id).await;
+    let next = claim(store, &id, "next", LONG).await;
+    // Settled with what the provider reported, by the next holder; then 700,000 fits.
+    let settled = store
+        .settle(
+            &next,
+            &[Settlement {
+                reservation: sent.id,
+                usd_micros: 250_000,
+                tokens_in: 10,
+                tokens_out: 2,
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(settled[0].kind, "ledger.settled");
+    assert_eq!(settled[0].payload["usd_micros"], 250_000);
+    assert!(lost(store.note_generation(&dead, sent.id, "late").await));
+    store.start_node(&next, "n1").await.unwrap();
+    store.reserve(&next, "n1", "p", 700_000).await.unwrap();
+    assert!(
+        matches!(
+            store
+                .settle(
+                    &next,
+                    &[Settlement {
+                        reservation: sent.id,
+                        usd_micros: 1,
+                        tokens_in: 0,
+                        tokens_out: 0
+                    }]
+                )
+                .await,
+            Err(StoreError::InvalidState { .. })
+        ),
+        "settled once, never twice"
+    );
 }
 
 async fn events_are_ordered_and_readable_from_any_position(store: &SqlStore) {

@@ -36,10 +36,13 @@ impl std::fmt::Debug for NodeCall {
     }
 }
 
-/// The node's access to the ticket's budget: every paid call is reserved here first.
+/// The node's access to the ticket's budget: every paid call is reserved here first, its
+/// generation kept as soon as it has one, and settled with what the provider reported. Each
+/// movement is a ticket event, announced after its commit.
 #[derive(Clone)]
 pub struct Wallet {
     pub(crate) store: Arc<dyn Store>,
+    pub(crate) notifier: Arc<dyn Notifier>,
     pub(crate) lease: Lease,
     pub(crate) node: String,
 }
@@ -57,9 +60,49 @@ impl Wallet {
         provider: &str,
         usd_micros: i64,
     ) -> Result<Reservation, StoreError> {
-        self.store
+        let reservation = self
+            .store
             .reserve(&self.lease, &self.node, provider, usd_micros)
+            .await?;
+        announce(self.notifier.as_ref(), &reservation.events).await;
+        Ok(reservation)
+    }
+
+    /// Keeps the provider's generation id with `reservation` the moment the call has one.
+    pub async fn note_generation(
+        &self,
+        reservation: i64,
+        generation: &str,
+    ) -> Result<(), StoreError> {
+        self.store
+            .note_generation(&self.lease, reservation, generation)
             .await
+    }
+
+    /// Settles reservations now (a tool loop's turn, a call settled later) rather than with the
+    /// node's completion.
+    pub async fn settle(&self, settlements: &[Settlement]) -> Result<(), StoreError> {
+        let events = self.store.settle(&self.lease, settlements).await?;
+        announce(self.notifier.as_ref(), &events).await;
+        Ok(())
+    }
+
+    /// The ticket's ledger.
+    pub async fn ledger(&self) -> Result<Vec<afe_store::LedgerEntry>, StoreError> {
+        self.store.ledger(&self.lease.ticket).await
+    }
+}
+
+/// Announces committed events; subscribers catch up from the store, so a missed notice delays,
+/// never loses.
+pub(crate) async fn announce(notifier: &dyn Notifier, events: &[Event]) {
+    for event in events {
+        let notice = Notice {
+            ticket: event.ticket.clone(),
+            seq: event.seq,
+            kind: event.kind.clone(),
+        };
+        let _ = notifier.publish(&notice).await;
     }
 }
 
@@ -84,13 +127,7 @@ impl Journal {
     /// Appends an event of `kind` to the ticket's log and announces it.
     pub async fn record(&self, kind: &str, payload: Value) -> Result<Event, StoreError> {
         let event = self.store.record(&self.lease, kind, payload).await?;
-        let notice = Notice {
-            ticket: event.ticket.clone(),
-            seq: event.seq,
-            kind: event.kind.clone(),
-        };
-        // Subscribers catch up from the store; a missed notice delays, never loses.
-        let _ = self.notifier.publish(&notice).await;
+        announce(self.notifier.as_ref(), std::slice::from_ref(&event)).await;
         Ok(event)
     }
 }

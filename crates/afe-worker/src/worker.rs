@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use afe_queue::{Delivery, Notice, Notifier, Queue};
+use afe_queue::{Delivery, Notifier, Queue};
 use afe_store::{Completion, Event, Finish, Lease, NodeRun, NodeState, Store, StoreError};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -201,17 +201,7 @@ impl Worker {
     }
 
     async fn publish(&self, events: &[Event]) {
-        for event in events {
-            let notice = Notice {
-                ticket: event.ticket.clone(),
-                seq: event.seq,
-                kind: event.kind.clone(),
-            };
-            if let Err(err) = self.notifier.publish(&notice).await {
-                // Subscribers catch up from the store; a missed notice delays, never loses.
-                tracing::debug!(error = %err, "cannot publish a notice");
-            }
-        }
+        crate::executor::announce(self.notifier.as_ref(), events).await;
     }
 
     async fn handle(&self, consumer: &str, delivery: Delivery, shutdown: watch::Receiver<bool>) {
@@ -412,6 +402,7 @@ impl Worker {
                 context: seen,
                 wallet: Wallet {
                     store: self.store.clone(),
+                    notifier: self.notifier.clone(),
                     lease: lease.clone(),
                     node: node.id.clone(),
                 },
