@@ -236,6 +236,19 @@ fn check_agent(
         );
     }
     checker.env_name(d, "/spec/model/apiKeyEnv", spec.model.api_key_env.as_ref());
+    if let Some(price) = &spec.model.price {
+        for (key, value) in [("input", price.input), ("output", price.output)] {
+            if !(value >= 0.0 && value.is_finite()) {
+                checker.report(
+                    d,
+                    CfgCode::InvalidValue,
+                    &format!("/spec/model/price/{key}"),
+                    format!("a price of {value} dollars per million tokens is not a price"),
+                    "write the provider's price per million tokens: zero or more".to_string(),
+                );
+            }
+        }
+    }
     if let Some(budget) = &spec.budget {
         check_budget(checker, d, "/spec/budget", budget.usd);
     }

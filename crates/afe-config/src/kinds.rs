@@ -128,6 +128,21 @@ pub struct Model {
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// What the model costs, for the reservation made before each call (the provider's reported
+    /// cost settles it after). Without it a call reserves the engine's default
+    /// (docs/afe-models.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+}
+
+/// A model's price in US dollars per million tokens.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Per million tokens sent (the prompt).
+    pub input: f64,
+    /// Per million tokens received (the answer).
+    pub output: f64,
 }
 
 /// Where a prompt's text is: exactly one of the two.

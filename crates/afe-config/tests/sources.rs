@@ -105,3 +105,29 @@ fn unknown_keys_in_a_custom_resource_are_refused_with_the_object_and_path() {
     );
     assert_eq!(invalid.diagnostics[0].place.path, "spec.nodes[0].retries");
 }
+
+#[test]
+fn a_models_price_is_read_and_a_negative_one_refused_with_its_place() {
+    let dir = support::scratch("sources");
+    support::copy_example(&dir);
+    let agents = std::fs::read_to_string(dir.join("agents.yaml")).unwrap();
+    let priced = agents.replacen(
+        "    temperature: 0\n",
+        "    temperature: 0\n    price: {input: 3.0, output: 15.0}\n",
+        1,
+    );
+    assert_ne!(priced, agents);
+    std::fs::write(dir.join("agents.yaml"), &priced).unwrap();
+    let config = load_folder(&dir).unwrap();
+    let price = config.agents["triager"].spec.model.price.clone().unwrap();
+    assert_eq!((price.input, price.output), (3.0, 15.0));
+    std::fs::write(
+        dir.join("agents.yaml"),
+        priced.replace("output: 15.0", "output: -1"),
+    )
+    .unwrap();
+    let invalid = load_folder(&dir).unwrap_err();
+    assert_eq!(invalid.codes(), [CfgCode::InvalidValue], "{invalid}");
+    assert_eq!(invalid.diagnostics[0].place.path, "spec.model.price.output");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
