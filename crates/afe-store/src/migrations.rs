@@ -105,6 +105,23 @@ CREATE TABLE afe_events (
         // settled by it later, never released unpaid.
         "ALTER TABLE afe_ledger ADD COLUMN generation TEXT",
     ),
+    (
+        4,
+        "the journal of a node's model turns",
+        // A turn is kept the moment its answer is settled: a node resumed after a crash replays
+        // its turns instead of paying for them again.
+        "
+CREATE TABLE afe_turns (
+    ticket TEXT NOT NULL REFERENCES afe_tickets (id),
+    node TEXT NOT NULL,
+    turn BIGINT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    PRIMARY KEY (ticket, node, turn)
+)
+",
+    ),
 ];
 
 /// What `migrate` did.

@@ -230,6 +230,17 @@ impl Completion {
     }
 }
 
+/// One turn of a node's conversation with a model, as the node journaled it: whatever it needs to
+/// resume without paying for the turn again (the answer; the tools' results once they ran).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    pub ticket: TicketId,
+    pub node: String,
+    /// 0, 1, 2, … in the order they were taken.
+    pub turn: i64,
+    pub payload: Value,
+}
+
 /// How a ticket ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finish {

@@ -19,7 +19,7 @@ use crate::error::StoreError;
 use crate::migrations::{Migrated, migrate};
 use crate::model::{
     Checkpoint, Completion, Event, Finish, Lease, LedgerEntry, LedgerState, NewTicket, NodeRun,
-    NodeState, Reservation, Settlement, Ticket, TicketId, TicketState,
+    NodeState, Reservation, Settlement, Ticket, TicketId, TicketState, Turn,
 };
 use crate::store::Store;
 
@@ -804,6 +804,56 @@ impl Store for SqlStore {
         let events = self.settle_in(&mut tx, lease, settlements).await?;
         tx.commit().await?;
         Ok(events)
+    }
+
+    async fn save_turn(
+        &self,
+        lease: &Lease,
+        node: &str,
+        turn: i64,
+        payload: &Value,
+        settlements: &[Settlement],
+        event: (&str, Value),
+    ) -> Result<Vec<Event>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        self.fence(&mut tx, lease).await?;
+        sqlx::query(&self.sql(
+            "INSERT INTO afe_turns (ticket, node, turn, payload, created_at, updated_at) VALUES ($1, $2, $3, $4, {now}, {now}) \
+             ON CONFLICT (ticket, node, turn) DO UPDATE SET payload = $4, updated_at = {now}",
+        ))
+        .bind(&lease.ticket)
+        .bind(node)
+        .bind(turn)
+        .bind(text(payload))
+        .execute(&mut *tx)
+        .await?;
+        let mut events = self.settle_in(&mut tx, lease, settlements).await?;
+        events.push(
+            self.append(&mut tx, &lease.ticket, event.0, event.1)
+                .await?,
+        );
+        tx.commit().await?;
+        Ok(events)
+    }
+
+    async fn turns(&self, ticket: &str, node: &str) -> Result<Vec<Turn>, StoreError> {
+        sqlx::query(&self.sql(
+            "SELECT ticket, node, turn, payload FROM afe_turns WHERE ticket = $1 AND node = $2 ORDER BY turn",
+        ))
+        .bind(ticket)
+        .bind(node)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(Turn {
+                ticket: row.try_get(0)?,
+                node: row.try_get(1)?,
+                turn: row.try_get(2)?,
+                payload: json_of(&row.try_get::<String, _>(3)?, "a turn")?,
+            })
+        })
+        .collect()
     }
 
     async fn record(&self, lease: &Lease, kind: &str, payload: Value) -> Result<Event, StoreError> {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::error::StoreError;
 use crate::model::{
     Checkpoint, Completion, Event, Finish, Lease, LedgerEntry, NewTicket, NodeRun, Reservation,
-    Settlement, Ticket, TicketId,
+    Settlement, Ticket, TicketId, Turn,
 };
 
 #[async_trait]
@@ -85,6 +85,21 @@ pub trait Store: Send + Sync {
         lease: &Lease,
         settlements: &[Settlement],
     ) -> Result<Vec<Event>, StoreError>;
+    /// Journals turn `turn` of `node` (its payload replaced when it is journaled again, as its
+    /// tools' results are added), settling `settlements` in the same transaction: a turn whose
+    /// answer was paid for is never lost, and never paid for twice. `event` (kind, payload) is
+    /// appended to the ticket's log with it.
+    async fn save_turn(
+        &self,
+        lease: &Lease,
+        node: &str,
+        turn: i64,
+        payload: &Value,
+        settlements: &[Settlement],
+        event: (&str, Value),
+    ) -> Result<Vec<Event>, StoreError>;
+    /// The turns `node` of `ticket` journaled, in order.
+    async fn turns(&self, ticket: &str, node: &str) -> Result<Vec<Turn>, StoreError>;
     /// Appends an event of the worker's to the ticket's log, under its lease (what a running
     /// node saw: its sandbox proxy's decisions, say).
     async fn record(&self, lease: &Lease, kind: &str, payload: Value) -> Result<Event, StoreError>;

@@ -43,6 +43,7 @@ on_both_stores!(
     a_reservation_over_budget_stops_the_ticket_and_the_ledger_adds_up,
     a_dead_workers_reservations_are_released_when_its_lease_is_taken_over,
     a_reservation_whose_call_reached_the_provider_is_settled_not_released,
+    a_turn_is_journaled_with_its_settlement,
     events_are_ordered_and_readable_from_any_position,
     tickets_needing_a_worker_are_found_and_dead_letters_fail_only_unheld_tickets,
     release_lets_another_worker_claim_at_once,
@@ -492,6 +493,86 @@ async fn a_reservation_whose_call_reached_the_provider_is_settled_not_released(s
         ),
         "settled once, never twice"
     );
+}
+
+/// A turn is journaled with its answer's settlement in one transaction, replaced when its tools'
+/// results are added, read back in order, and written by the lease's holder only.
+async fn a_turn_is_journaled_with_its_settlement(store: &SqlStore) {
+    let id = ticket(store, None).await;
+    let lease = claim(store, &id, "w", LONG).await;
+    store.start_node(&lease, "fix").await.unwrap();
+    let paid = store.reserve(&lease, "fix", "p", 50_000).await.unwrap();
+    let settlement = Settlement {
+        reservation: paid.id,
+        usd_micros: 42_000,
+        tokens_in: 900,
+        tokens_out: 80,
+    };
+    let events = store
+        .save_turn(
+            &lease,
+            "fix",
+            0,
+            &json!({"answer": "call ws.read"}),
+            std::slice::from_ref(&settlement),
+            ("model.turn", json!({"node": "fix", "turn": 0})),
+        )
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["ledger.settled", "model.turn"]);
+    store
+        .save_turn(
+            &lease,
+            "fix",
+            0,
+            &json!({"answer": "call ws.read", "results": ["the file"]}),
+            &[],
+            ("tool.results", json!({"node": "fix", "turn": 0})),
+        )
+        .await
+        .unwrap();
+    store
+        .save_turn(
+            &lease,
+            "fix",
+            1,
+            &json!({"answer": "done"}),
+            &[],
+            ("model.turn", json!({})),
+        )
+        .await
+        .unwrap();
+    let turns = store.turns(&id, "fix").await.unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0].payload["results"][0], "the file");
+    assert_eq!(turns[1].turn, 1);
+    assert!(store.turns(&id, "other").await.unwrap().is_empty());
+    let ledger = store.ledger(&id).await.unwrap();
+    assert_eq!(ledger[0].settled_micros, Some(42_000));
+    // Settled once: journaling it again with the same settlement is refused, and nothing of
+    // that transaction is written.
+    assert!(matches!(
+        store
+            .save_turn(
+                &lease,
+                "fix",
+                2,
+                &json!({}),
+                &[settlement],
+                ("model.turn", json!({}))
+            )
+            .await,
+        Err(StoreError::InvalidState { .. })
+    ));
+    assert_eq!(store.turns(&id, "fix").await.unwrap().len(), 2);
+    expire_lease(store, &id).await;
+    let _next = claim(store, &id, "next", LONG).await;
+    assert!(lost(
+        store
+            .save_turn(&lease, "fix", 2, &json!({}), &[], ("model.turn", json!({})))
+            .await
+    ));
 }
 
 async fn events_are_ordered_and_readable_from_any_position(store: &SqlStore) {
