@@ -189,7 +189,7 @@ async fn run_ticket(args: RunArgs, revision: Revision, input: Value, url: String
     let worker_id = format!("afe-run-{}", std::process::id());
     let executor = match args.sandbox.executor(store.clone(), &worker_id).await {
         Ok(executor) => Arc::new(executor),
-        Err(err) => return cannot("cannot reach the sandbox platform", &err, err.help()),
+        Err(err) => return cannot("cannot make the node executor", &err, err.help()),
     };
     if let Err(err) = store
         .put_revision(&revision.hash, &revision.normalized)

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use afe_model::{ClientSettings, ModelClient};
 use afe_nodes::SandboxExecutor;
 use afe_sandbox_docker::{DockerSandbox, DockerSandboxSettings};
 use afe_store::Store;
@@ -89,18 +90,54 @@ impl SandboxArgs {
         }
     }
 
-    /// The executor of git and exec nodes in Docker sandboxes.
+    /// The executor of a flow's nodes: git, exec and deep in Docker sandboxes, model calls from
+    /// this process.
     pub async fn executor(
         &self,
         store: Arc<dyn Store>,
         worker: &str,
-    ) -> Result<SandboxExecutor, afe_sandbox::SandboxError> {
-        let sandbox = DockerSandbox::connect(self.settings()).await?;
+    ) -> Result<SandboxExecutor, ExecutorError> {
+        let sandbox = DockerSandbox::connect(self.settings())
+            .await
+            .map_err(ExecutorError::Sandbox)?;
+        let models = ModelClient::new(ClientSettings::default()).map_err(ExecutorError::Models)?;
         Ok(SandboxExecutor::new(
             Arc::new(sandbox),
             store,
             self.credentials(),
+            models,
             worker,
         ))
+    }
+}
+
+/// Why the executor could not be made.
+#[derive(Debug)]
+pub enum ExecutorError {
+    Sandbox(afe_sandbox::SandboxError),
+    /// The model client has no certificate authorities to trust.
+    Models(std::io::Error),
+}
+
+impl std::fmt::Display for ExecutorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExecutorError::Sandbox(err) => write!(f, "{err}"),
+            ExecutorError::Models(err) => write!(
+                f,
+                "the model client cannot read this machine's certificate authorities: {err}"
+            ),
+        }
+    }
+}
+
+impl ExecutorError {
+    pub fn help(&self) -> &'static str {
+        match self {
+            ExecutorError::Sandbox(err) => err.help(),
+            ExecutorError::Models(_) => {
+                "install the machine's CA certificates (Debian: ca-certificates) so model providers' TLS can be checked"
+            }
+        }
     }
 }

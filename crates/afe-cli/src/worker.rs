@@ -157,7 +157,7 @@ async fn serve(args: WorkerArgs, scripted: Option<Arc<dyn NodeExecutor>>) -> Exi
         Some(scripted) => scripted,
         None => match args.sandbox.executor(store.clone(), &id).await {
             Ok(executor) => Arc::new(executor),
-            Err(err) => return cannot_start("cannot reach the sandbox platform", &err, err.help()),
+            Err(err) => return cannot_start("cannot make the node executor", &err, err.help()),
         },
     };
     let settings = WorkerSettings {

@@ -238,6 +238,65 @@ impl ModelClient {
     }
 }
 
+impl ModelClient {
+    /// What the provider reports a generation cost (OpenRouter's `GET /generation?id=`): how a
+    /// call cut between its sending and its settling is settled later. `None` when the provider
+    /// does not know it (yet) or has no such lookup.
+    pub async fn generation_cost(
+        &self,
+        endpoint: &Endpoint,
+        generation: &str,
+    ) -> Result<Option<crate::Usage>, ModelError> {
+        let url = format!(
+            "{}/generation?id={}",
+            endpoint.base_url.trim_end_matches('/'),
+            generation
+                .bytes()
+                .map(|b| if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                })
+                .collect::<String>()
+        );
+        let mut builder = Request::get(&url).header(hyper::header::USER_AGENT, "afe");
+        if let Some(key) = &endpoint.key {
+            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        let unreachable = |detail: String| ModelError::Unreachable {
+            provider: endpoint.provider.clone(),
+            url: url.clone(),
+            detail,
+        };
+        let request = builder
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| unreachable(e.to_string()))?;
+        let response = tokio::time::timeout(self.settings.idle_timeout, self.http.request(request))
+            .await
+            .map_err(|_| unreachable("no answer".to_string()))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        if response.status().as_u16() != 200 {
+            return Ok(None);
+        }
+        let body = tokio::time::timeout(self.settings.idle_timeout, response.into_body().collect())
+            .await
+            .map_err(|_| unreachable("no answer".to_string()))?
+            .map_err(|e| unreachable(e.to_string()))?
+            .to_bytes();
+        let data: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let data = &data["data"];
+        let Some(cost) = data.get("total_cost").and_then(Value::as_f64) else {
+            return Ok(None);
+        };
+        let count = |key: &str| data.get(key).and_then(Value::as_u64).unwrap_or(0);
+        Ok(Some(crate::Usage {
+            prompt_tokens: count("tokens_prompt"),
+            completion_tokens: count("tokens_completion"),
+            cost_usd: Some(cost),
+        }))
+    }
+}
+
 /// An answer that is not 200, as the error it is; the provider's own message when its body has
 /// one (`{"error": {"message": ...}}`).
 pub fn status_error(

@@ -60,6 +60,11 @@ pub enum ModelError {
     /// Nothing came for too long after the request was sent.
     #[error("AFE-MOD-010 {provider} sent nothing for {} s", .waited.as_secs())]
     Timeout { provider: String, waited: Duration },
+    /// The agent's provider has no endpoint the engine knows, and the agent names none.
+    #[error(
+        "AFE-MOD-011 provider {provider} has no endpoint afe knows, and the agent names no baseUrl"
+    )]
+    NoEndpoint { provider: String },
 }
 
 impl ModelError {
@@ -75,6 +80,7 @@ impl ModelError {
             ModelError::Malformed { .. } => "AFE-MOD-008",
             ModelError::Unreachable { .. } => "AFE-MOD-009",
             ModelError::Timeout { .. } => "AFE-MOD-010",
+            ModelError::NoEndpoint { .. } => "AFE-MOD-011",
         }
     }
 
@@ -108,6 +114,9 @@ impl ModelError {
             ModelError::Timeout { .. } => {
                 "the provider may be overloaded; the node is retried by a later attempt"
             }
+            ModelError::NoEndpoint { .. } => {
+                "set the agent's model.baseUrl to the provider's OpenAI-compatible API, or use openrouter or openai"
+            }
         }
     }
 
@@ -132,7 +141,7 @@ impl ModelError {
     }
 
     /// Every code, for docs/errors.md.
-    pub const CODES: [&'static str; 10] = [
+    pub const CODES: [&'static str; 11] = [
         "AFE-MOD-001",
         "AFE-MOD-002",
         "AFE-MOD-003",
@@ -143,6 +152,7 @@ impl ModelError {
         "AFE-MOD-008",
         "AFE-MOD-009",
         "AFE-MOD-010",
+        "AFE-MOD-011",
     ];
 }
 

@@ -194,3 +194,36 @@ async fn an_answer_that_stops_coming_times_out_and_a_closed_port_is_unreachable(
     assert_eq!(err.code(), "AFE-MOD-009", "{err}");
     assert!(!format!("{err}").contains("sk-"), "no key in any error");
 }
+
+#[tokio::test]
+async fn a_generations_cost_is_looked_up_by_its_id() {
+    let mut held = Answer::text("slow", 0.0375);
+    held.hold = true;
+    let server = ModelServer::start(vec![Reply::Answer(held)]).await;
+    let mut generation = None;
+    let err = client(Duration::from_millis(300))
+        .chat(&endpoint(&server), &request(), &mut |id| {
+            generation = Some(id.to_string())
+        })
+        .await
+        .unwrap_err();
+    assert!(err.may_have_charged());
+    let generation = generation.expect("the generation was told before the answer stopped");
+    let usage = client(Duration::from_secs(5))
+        .generation_cost(&endpoint(&server), &generation)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(usage.cost_usd, Some(0.0375));
+    assert_eq!(
+        client(Duration::from_secs(5))
+            .generation_cost(&endpoint(&server), "gen-unknown")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        server.seen.lock().unwrap().generation_lookups,
+        [generation, "gen-unknown".to_string()]
+    );
+}

@@ -16,15 +16,42 @@ use serde_json::json;
 
 use crate::error::NodeFailure;
 use crate::plan::{self, Kind};
+use crate::{agent, deep};
+use afe_model::ModelClient;
 
 /// How often a running node's sandbox says it is still worked on (a reaper's grace is minutes).
 const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Runs `git` and `exec` nodes in sandboxes of one adapter.
+/// The workspace committed after a node that may have written it: the checkpoint to save with its
+/// completion, or none when nothing changed.
+async fn checkpoint(
+    workspace: &Workspace<'_>,
+    call: &NodeCall,
+    last: Option<&Checkpoint>,
+) -> Result<Option<NewCheckpoint>, NodeFailure> {
+    Ok(
+        match workspace
+            .checkpoint(last.map(|c| c.head.as_str()), &call.node.id)
+            .await?
+        {
+            Checkpointed::Unchanged => None,
+            Checkpointed::Saved(bundle) => Some(NewCheckpoint {
+                git_ref: bundle.git_ref,
+                head: bundle.head,
+                parent: last.map(|c| c.id),
+                bundle: bundle.bytes,
+            }),
+        },
+    )
+}
+
+/// Runs a flow's nodes: `git`, `exec` and `deep` in sandboxes of one adapter, `agent` calls from
+/// the worker itself.
 pub struct SandboxExecutor {
     sandbox: Arc<dyn Sandbox>,
     store: Arc<dyn Store>,
     credentials: Credentials,
+    models: ModelClient,
     /// This worker's name, in the sandboxes' lifecycle markers.
     worker: String,
 }
@@ -39,9 +66,10 @@ impl std::fmt::Debug for SandboxExecutor {
 }
 
 /// A node's failure, sorted by what the worker does about it.
-fn node_error(err: NodeFailure) -> NodeError {
+pub(crate) fn node_error(err: NodeFailure) -> NodeError {
     let said = format!("{err}\n  help: {}", err.help());
-    match &err {
+    match err {
+        NodeFailure::Store(err) => NodeError::Store(err),
         _ if err.is_gone() => NodeError::SandboxGone(said),
         NodeFailure::Workspace(WorkspaceError::Sandbox(SandboxError::Platform { .. })) => {
             NodeError::Unavailable(said)
@@ -55,12 +83,14 @@ impl SandboxExecutor {
         sandbox: Arc<dyn Sandbox>,
         store: Arc<dyn Store>,
         credentials: Credentials,
+        models: ModelClient,
         worker: &str,
     ) -> SandboxExecutor {
         SandboxExecutor {
             sandbox,
             store,
             credentials,
+            models,
             worker: worker.to_string(),
         }
     }
@@ -170,24 +200,30 @@ impl SandboxExecutor {
                         &ran.stderr,
                     )));
                 }
-                let checkpoint = match workspace
-                    .checkpoint(last.map(|c| c.head.as_str()), &call.node.id)
-                    .await?
-                {
-                    Checkpointed::Unchanged => None,
-                    Checkpointed::Saved(bundle) => Some(NewCheckpoint {
-                        git_ref: bundle.git_ref,
-                        head: bundle.head,
-                        parent: last.map(|c| c.id),
-                        bundle: bundle.bytes,
-                    }),
-                };
                 Ok(NodeResult {
                     output: plan::exec_output(ran.status, &ran.stdout, &ran.stderr),
                     settlements: Vec::new(),
-                    checkpoint,
+                    checkpoint: checkpoint(&workspace, call, last).await?,
                 })
             }
+            Kind::Deep(agent) => {
+                let env = plan::exec_env(&call.ticket.id, &call.node.id, call.attempt);
+                let output = deep::run(
+                    &self.models,
+                    call,
+                    agent,
+                    self.sandbox.as_ref(),
+                    opened,
+                    &env,
+                )
+                .await?;
+                Ok(NodeResult {
+                    output,
+                    settlements: Vec::new(),
+                    checkpoint: checkpoint(&workspace, call, last).await?,
+                })
+            }
+            Kind::Agent(_) => unreachable!("an agent node runs without a sandbox"),
             Kind::Push => {
                 let (url, _) = plan::repository_of(&call.ticket.input)?;
                 let bundle = workspace.branches_bundle().await?;
@@ -252,6 +288,12 @@ impl NodeExecutor for SandboxExecutor {
             Ok(kind) => kind,
             Err(name) => return Err(node_error(NodeFailure::NotBuilt(name))),
         };
+        // One model call needs no sandbox: it is made from the worker.
+        if let Kind::Agent(agent) = &kind {
+            return agent::run(&self.models, &call, agent)
+                .await
+                .map_err(node_error);
+        }
         let checkpoints = self.store.checkpoints(&call.ticket.id).await?;
         let since = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         let opened = match self.sandbox_for(&call, &checkpoints).await {

@@ -9,9 +9,14 @@
 //! - [`plan`]: the pure decisions (kind, sandbox, repository, an exec's variables and output).
 //! - [`executor`]: [`SandboxExecutor`], the worker's `NodeExecutor` over the Sandbox port.
 
+pub mod agent;
+pub mod call;
+pub mod deep;
 pub mod error;
 pub mod executor;
+pub mod money;
 pub mod plan;
+pub mod prompt;
 
 pub use error::NodeFailure;
 pub use executor::SandboxExecutor;

@@ -15,16 +15,20 @@ pub enum Kind {
     Clone,
     Push,
     Exec(Vec<String>),
+    /// One call of the named agent.
+    Agent(String),
+    /// A tool loop of the named agent over the workspace.
+    Deep(String),
 }
 
-/// The node's kind, or the name of one whose executor is not built yet (`agent`, `deep`, `acp`).
+/// The node's kind, or the name of one whose executor is not built yet (`acp`).
 pub fn kind_of(node: &FlowNode) -> Result<Kind, &'static str> {
-    match (&node.git, &node.exec) {
-        (Some(GitAction::Clone), _) => Ok(Kind::Clone),
-        (Some(GitAction::Push), _) => Ok(Kind::Push),
-        (None, Some(argv)) => Ok(Kind::Exec(argv.clone())),
-        _ if node.agent.is_some() => Err("agent"),
-        _ if node.deep.is_some() => Err("deep"),
+    match (&node.git, &node.exec, &node.agent, &node.deep) {
+        (Some(GitAction::Clone), ..) => Ok(Kind::Clone),
+        (Some(GitAction::Push), ..) => Ok(Kind::Push),
+        (None, Some(argv), ..) => Ok(Kind::Exec(argv.clone())),
+        (None, None, Some(agent), _) => Ok(Kind::Agent(agent.clone())),
+        (None, None, None, Some(agent)) => Ok(Kind::Deep(agent.clone())),
         _ => Err("acp"),
     }
 }
@@ -149,7 +153,15 @@ mod tests {
         );
         assert_eq!(
             kind_of(&node(json!({"id": "a", "agent": "x"}))),
-            Err("agent")
+            Ok(Kind::Agent("x".into()))
+        );
+        assert_eq!(
+            kind_of(&node(json!({"id": "d", "deep": "y"}))),
+            Ok(Kind::Deep("y".into()))
+        );
+        assert_eq!(
+            kind_of(&node(json!({"id": "r", "acp": {"command": ["a"]}}))),
+            Err("acp")
         );
     }
 

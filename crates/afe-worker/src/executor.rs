@@ -16,6 +16,8 @@ pub struct NodeCall {
     pub ticket: Ticket,
     /// The ticket's flow as its revision froze it (its sandbox among the rest).
     pub flow: Arc<FrozenFlow>,
+    /// The ticket's whole revision (its agents, its schemas), as normalized.
+    pub revision: Arc<Value>,
     pub node: FlowNode,
     /// 1 the first time; more when an earlier attempt was interrupted (a crash, a lost lease)
     /// before it completed. A node with outside effects reconciles instead of repeating them.
@@ -90,6 +92,33 @@ impl Wallet {
     /// The ticket's ledger.
     pub async fn ledger(&self) -> Result<Vec<afe_store::LedgerEntry>, StoreError> {
         self.store.ledger(&self.lease.ticket).await
+    }
+
+    /// Journals turn `turn` of this node with the settlements of what it paid for, in one
+    /// transaction, and announces `event` with them.
+    pub async fn save_turn(
+        &self,
+        turn: i64,
+        payload: &Value,
+        settlements: &[Settlement],
+        event: (&str, Value),
+    ) -> Result<(), StoreError> {
+        let events = self
+            .store
+            .save_turn(&self.lease, &self.node, turn, payload, settlements, event)
+            .await?;
+        announce(self.notifier.as_ref(), &events).await;
+        Ok(())
+    }
+
+    /// The turns this node journaled before (an earlier attempt's), in order.
+    pub async fn turns(&self) -> Result<Vec<afe_store::Turn>, StoreError> {
+        self.store.turns(&self.lease.ticket, &self.node).await
+    }
+
+    /// The node this wallet pays for.
+    pub fn node(&self) -> &str {
+        &self.node
     }
 }
 

@@ -397,6 +397,7 @@ impl Worker {
             let call = NodeCall {
                 ticket: ticket.clone(),
                 flow: flow.clone(),
+                revision: document.clone(),
                 node: node.clone(),
                 attempt: run.attempts,
                 context: seen,

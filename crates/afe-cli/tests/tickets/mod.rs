@@ -88,6 +88,7 @@ pub async fn repository(dir: &Path) -> (GitServer, PathBuf) {
     (server, input)
 }
 
+#[allow(unused_imports, reason = "each test file uses its own part")]
 pub use afe_testkit::{sandbox_objects as left_of, wait_for_process};
 
 /// How many times each node of the ticket was started.

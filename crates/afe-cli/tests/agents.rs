@@ -1,0 +1,263 @@
+//! The nodes that think, end to end with `afe run --local` against the scripted OpenAI-compatible
+//! server: clone → plan (agent, structured output) → fix (deep: reads, writes, runs the test) →
+//! test (exec) → push, every call reserved, journaled and settled, the ledger adding up to what the
+//! server reported; a budget that allows two calls stops the ticket before the third is sent; the
+//! provider's key nowhere but in the request's header.
+
+mod tickets;
+
+use std::path::Path;
+use std::process::Command;
+
+use afe_store::{LedgerState, SqlStore, Store};
+use afe_testkit::{Answer, ModelServer, Reply};
+use serde_json::{Value, json};
+use tickets::*;
+
+const KEY: &str = "sk-scripted-9d2e71c4";
+
+/// A config folder whose agents call `server`: `planner` (structured output, Schema `plan`) and
+/// `coder` (the workspace tools); flow `fix`: clone → plan → fix → test → push.
+fn agents_config(dir: &Path, server: &ModelServer, budget: Option<f64>) {
+    std::fs::create_dir_all(dir).unwrap();
+    let budget = budget
+        .map(|usd| format!("\n  budget: {{usd: {usd}}}"))
+        .unwrap_or_default();
+    std::fs::write(
+        dir.join("config.yaml"),
+        format!(
+            r#"apiVersion: afe.dev/v1alpha1
+kind: Schema
+metadata: {{name: repo-request}}
+spec:
+  fields:
+    repository: string
+---
+apiVersion: afe.dev/v1alpha1
+kind: Schema
+metadata: {{name: plan}}
+spec:
+  fields:
+    steps: {{type: array, items: {{type: string}}, minItems: 1}}
+---
+apiVersion: afe.dev/v1alpha1
+kind: Agent
+metadata: {{name: planner}}
+spec:
+  model: {{provider: scripted, name: test/model, baseUrl: "{base}", apiKeyEnv: SCRIPTED_KEY, price: {{input: 1.0, output: 2.0}}}}
+  prompt: "Plan how to fix {{{{ repo_request.repository }}}}."
+---
+apiVersion: afe.dev/v1alpha1
+kind: Agent
+metadata: {{name: coder}}
+spec:
+  model: {{provider: scripted, name: test/model, baseUrl: "{base}", apiKeyEnv: SCRIPTED_KEY, price: {{input: 1.0, output: 2.0}}}}
+  prompt: "Carry out the plan: {{{{ plan.steps }}}}."
+  tools: [ws.read, ws.write, ws.exec, ws.test]
+  budget: {{turns: 10}}
+---
+apiVersion: afe.dev/v1alpha1
+kind: Flow
+metadata: {{name: fix}}
+spec:
+  input: repo-request
+  sandbox: {{image: {image:?}}}{budget}
+  nodes:
+    - {{id: clone, git: clone}}
+    - {{id: plan, agent: planner, output: plan, needs: [clone]}}
+    - {{id: fix, deep: coder, needs: [plan]}}
+    - {{id: test, exec: [grep, -q, fixed, notes.txt], needs: [fix]}}
+    - {{id: push, git: push, needs: [test]}}
+"#,
+            base = server.base_url(),
+            image = afe_testkit::sandbox_image(),
+        ),
+    )
+    .unwrap();
+}
+
+/// The answers of a ticket that runs to done: the plan, then four turns of the coder.
+fn the_whole_script() -> Vec<Reply> {
+    vec![
+        Reply::Answer(Answer::text(
+            r#"{"steps": ["read the notes", "fix them"]}"#,
+            0.001,
+        )),
+        Reply::Answer(Answer::tools(
+            &[("ws_read", json!({"path": "notes.txt"}))],
+            0.002,
+        )),
+        Reply::Answer(Answer::tools(
+            &[
+                (
+                    "ws_write",
+                    json!({"path": "notes.txt", "content": "fixed\n"}),
+                ),
+                // What the sandbox's processes have in their environment comes back to the
+                // model, and is journaled: where a leaked key would show.
+                (
+                    "ws_exec",
+                    json!({"argv": ["sh", "-c", "env; cat /proc/[0-9]*/environ"]}),
+                ),
+            ],
+            0.003,
+        )),
+        Reply::Answer(Answer::tools(
+            &[(
+                "ws_test",
+                json!({"argv": ["grep", "-q", "fixed", "notes.txt"]}),
+            )],
+            0.004,
+        )),
+        Reply::Answer(Answer::text(
+            "The notes are fixed and the test passes.",
+            0.005,
+        )),
+    ]
+}
+
+fn run(dir: &Path, input: &Path, store: &str) -> (Option<i32>, Vec<Value>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_afe"))
+        .args([
+            "run", "--local", "--json", "--flow", "fix", "--store", store, "-c",
+        ])
+        .arg(dir)
+        .arg("--input")
+        .arg(input)
+        .env("AFE_GIT_TOKEN", TOKEN)
+        .env("SCRIPTED_KEY", KEY)
+        .env("AFE_LOG", "debug")
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (
+        out.status.code(),
+        events,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn kinds<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_that_plans_fixes_and_pushes_runs_to_done_and_the_ledger_adds_up() {
+    let dir = afe_testkit::scratch("afe-agents");
+    let server = ModelServer::start(the_whole_script()).await;
+    agents_config(&dir, &server, None);
+    let (git, input) = repository(&dir).await;
+    let store_url = afe_testkit::sqlite_url(&dir);
+    let (status, events, log) = run(&dir, &input, &store_url);
+    assert_eq!(status, Some(0), "{events:#?}\n{log}");
+    let completed: Vec<&str> = kinds(&events, "node.completed")
+        .iter()
+        .map(|e| e["payload"]["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(completed, ["clone", "plan", "fix", "test", "push"]);
+    let plan = &kinds(&events, "node.completed")[1]["payload"]["output"];
+    assert_eq!(plan["steps"][1], "fix them");
+    let ticket = events[0]["ticket"].as_str().unwrap().to_string();
+
+    // The structured output was asked for, and the prompt rendered from the context.
+    {
+        let seen = server.seen.lock().unwrap();
+        assert_eq!(
+            seen.requests[0]["response_format"]["json_schema"]["name"],
+            "plan"
+        );
+        assert!(
+            seen.requests[0]["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("Plan how to fix http://")
+        );
+        let offered: Vec<&str> = seen.requests[1]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(offered, ["ws_exec", "ws_read", "ws_test", "ws_write"]);
+        // The tool results went back: the second coder call holds the file the first read.
+        let second = seen.requests[2]["messages"].to_string();
+        assert!(second.contains("notes\\\\n"), "{second}");
+    }
+    assert_eq!(
+        git.file("app", &format!("refs/heads/afe/{ticket}/work"), "notes.txt")
+            .as_deref(),
+        Some(&b"fixed\n"[..])
+    );
+
+    // Every call answered once, and the ledger holds what each cost.
+    assert_eq!(server.answered(), 5);
+    let store = SqlStore::connect(&store_url).await.unwrap();
+    let ledger = store.ledger(&ticket).await.unwrap();
+    assert_eq!(ledger.len(), 5);
+    assert!(ledger.iter().all(|e| e.state == LedgerState::Settled));
+    let settled: i64 = ledger.iter().filter_map(|e| e.settled_micros).sum();
+    assert_eq!(settled, (server.cost_of_everything() * 1e6).round() as i64);
+    assert_eq!(settled, 15_000);
+    assert!(ledger.iter().all(|e| e.generation.is_some()));
+    assert_eq!(kinds(&events, "model.turn").len(), 5);
+    assert_eq!(kinds(&events, "tool.results").len(), 3);
+    assert_eq!(kinds(&events, "ledger.settled").len(), 5);
+
+    // The key was sent, in the header, and is nowhere else: not in an event, a log line, what
+    // the sandbox's processes had (journaled in the coder's turns), or any row of the store.
+    assert_eq!(
+        server.seen.lock().unwrap().authorizations[0].as_deref(),
+        Some(format!("Bearer {KEY}").as_str()),
+        "positive control: the key was read and sent"
+    );
+    let everything = format!("{events:?}{log}");
+    assert!(
+        !everything.contains(KEY),
+        "the key in an event or a log line"
+    );
+    let turns = store.turns(&ticket, "fix").await.unwrap();
+    let sandbox_saw = turns[1].payload["results"][1]["stdout"].as_str().unwrap();
+    assert!(
+        sandbox_saw.contains("HOME="),
+        "the sandbox's environment was read: {sandbox_saw}"
+    );
+    assert!(!sandbox_saw.contains(KEY));
+    let database = std::fs::read(dir.join("afe.db")).unwrap();
+    let wal = std::fs::read(dir.join("afe.db-wal")).unwrap_or_default();
+    for bytes in [database, wal] {
+        assert!(
+            !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+            "the key in the store's file"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_that_allows_two_calls_stops_the_ticket_before_the_third_is_sent() {
+    let dir = afe_testkit::scratch("afe-budget");
+    let server = ModelServer::start(the_whole_script()).await;
+    // A call reserves 8,192 micro-dollars for its answer (4,096 tokens at $2 per million) plus
+    // its request at $1 per million tokens (a few hundred more): the first (the plan, which
+    // costs 1,000) fits in 10,800; the second (1,000 spent + ~8,800) fits; the third (3,000 spent
+    // + ~9,000) does not.
+    agents_config(&dir, &server, Some(0.0108));
+    let (_git, input) = repository(&dir).await;
+    let store_url = afe_testkit::sqlite_url(&dir);
+    let (status, events, log) = run(&dir, &input, &store_url);
+    assert_eq!(status, Some(5), "{events:#?}\n{log}");
+    let last = events.last().unwrap();
+    assert_eq!(last["kind"], "ticket.failed");
+    assert_eq!(last["payload"]["reason"], "BudgetExceeded");
+    assert_eq!(kinds(&events, "budget.exceeded").len(), 1);
+    assert_eq!(server.calls(), 2, "the third call was never sent");
+    let ticket = last["ticket"].as_str().unwrap();
+    let store = SqlStore::connect(&store_url).await.unwrap();
+    let ledger = store.ledger(ticket).await.unwrap();
+    assert_eq!(ledger.len(), 2);
+    let spent: i64 = ledger.iter().filter_map(|e| e.settled_micros).sum();
+    assert_eq!(spent, 3_000, "what the two calls cost");
+    assert_eq!(left_of(ticket).await, (0, 0));
+}
