@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use afe_testkit::GitServer;
+use afe_testkit::{Answer, GitServer, ModelServer, Reply};
+use serde_json::json;
 
 pub const TOKEN: &str = "tok-e2e-5c1f09a7b2";
 
@@ -104,4 +105,106 @@ pub async fn attempts(
         .into_iter()
         .map(|run| (run.node, run.attempts))
         .collect()
+}
+
+pub const KEY: &str = "sk-scripted-9d2e71c4";
+
+/// A config folder whose agents call `server`: `planner` (structured output, Schema `plan`) and
+/// `coder` (the workspace tools); flow `fix`: clone → plan → fix → test → push.
+pub fn agents_config(dir: &Path, server: &ModelServer, budget: Option<f64>) {
+    std::fs::create_dir_all(dir).unwrap();
+    let budget = budget
+        .map(|usd| format!("\n  budget: {{usd: {usd}}}"))
+        .unwrap_or_default();
+    std::fs::write(
+        dir.join("config.yaml"),
+        format!(
+            r#"apiVersion: afe.dev/v1alpha1
+kind: Schema
+metadata: {{name: repo-request}}
+spec:
+  fields:
+    repository: string
+---
+apiVersion: afe.dev/v1alpha1
+kind: Schema
+metadata: {{name: plan}}
+spec:
+  fields:
+    steps: {{type: array, items: {{type: string}}, minItems: 1}}
+---
+apiVersion: afe.dev/v1alpha1
+kind: Agent
+metadata: {{name: planner}}
+spec:
+  model: {{provider: scripted, name: test/model, baseUrl: "{base}", apiKeyEnv: SCRIPTED_KEY, price: {{input: 1.0, output: 2.0}}}}
+  prompt: "Plan how to fix {{{{ repo_request.repository }}}}."
+---
+apiVersion: afe.dev/v1alpha1
+kind: Agent
+metadata: {{name: coder}}
+spec:
+  model: {{provider: scripted, name: test/model, baseUrl: "{base}", apiKeyEnv: SCRIPTED_KEY, price: {{input: 1.0, output: 2.0}}}}
+  prompt: "Carry out the plan: {{{{ plan.steps }}}}."
+  tools: [ws.read, ws.write, ws.exec, ws.test]
+  budget: {{turns: 10}}
+---
+apiVersion: afe.dev/v1alpha1
+kind: Flow
+metadata: {{name: fix}}
+spec:
+  input: repo-request
+  sandbox: {{image: {image:?}}}{budget}
+  nodes:
+    - {{id: clone, git: clone}}
+    - {{id: plan, agent: planner, output: plan, needs: [clone]}}
+    - {{id: fix, deep: coder, needs: [plan]}}
+    - {{id: test, exec: [grep, -q, fixed, notes.txt], needs: [fix]}}
+    - {{id: push, git: push, needs: [test]}}
+"#,
+            base = server.base_url(),
+            image = afe_testkit::sandbox_image(),
+        ),
+    )
+    .unwrap();
+}
+
+/// The answers of a ticket that runs to done: the plan, then four turns of the coder.
+pub fn the_whole_script() -> Vec<Reply> {
+    vec![
+        Reply::Answer(Answer::text(
+            r#"{"steps": ["read the notes", "fix them"]}"#,
+            0.001,
+        )),
+        Reply::Answer(Answer::tools(
+            &[("ws_read", json!({"path": "notes.txt"}))],
+            0.002,
+        )),
+        Reply::Answer(Answer::tools(
+            &[
+                (
+                    "ws_write",
+                    json!({"path": "notes.txt", "content": "fixed\n"}),
+                ),
+                // What the sandbox's processes have in their environment comes back to the
+                // model, and is journaled: where a leaked key would show.
+                (
+                    "ws_exec",
+                    json!({"argv": ["sh", "-c", "env; cat /proc/[0-9]*/environ"]}),
+                ),
+            ],
+            0.003,
+        )),
+        Reply::Answer(Answer::tools(
+            &[(
+                "ws_test",
+                json!({"argv": ["grep", "-q", "fixed", "notes.txt"]}),
+            )],
+            0.004,
+        )),
+        Reply::Answer(Answer::text(
+            "The notes are fixed and the test passes.",
+            0.005,
+        )),
+    ]
 }
