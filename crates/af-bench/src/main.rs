@@ -9,6 +9,8 @@
 //! - `af-bench up`: `af up` + `af down` against `docker compose up` + `down` of the same services.
 //! - `af-bench tickets`: afe's tickets through worker processes on PostgreSQL and Redis, against
 //!   the store's transactions alone.
+//! - `af-bench turns`: the engine's own time per model turn of a deep node, against the client
+//!   alone.
 //! - `af-bench sandbox`: afe's Docker sandbox — open against `docker run`, a command against
 //!   `docker exec`, a checkpoint against a whole bundle, a restore against a fresh clone.
 //!
@@ -25,6 +27,7 @@ mod origin;
 mod proxies;
 mod sandbox;
 mod tickets;
+mod turns;
 mod up;
 mod world;
 
@@ -136,6 +139,15 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         repository_mb: usize,
     },
+    /// afe: the engine's own time per model turn of a deep node, tools left out, against the
+    /// model client alone, on the scripted model server.
+    Turns {
+        #[arg(long, default_value_t = 200)]
+        turns: usize,
+        /// The store on the machine's PostgreSQL (.ci/install starts it) instead of SQLite.
+        #[arg(long)]
+        postgres: bool,
+    },
     /// (internal) The origin servers, run inside the benchmark's namespace.
     #[command(hide = true)]
     Origin,
@@ -203,6 +215,9 @@ fn main() -> Result<()> {
                 paced,
                 afe,
             }))
+        }
+        Command::Turns { turns, postgres } => {
+            runtime.block_on(turns::run(turns::Options { turns, postgres }))
         }
         Command::Sandbox {
             rounds,

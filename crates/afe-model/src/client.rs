@@ -87,11 +87,16 @@ const ERROR_BODY: usize = 16 << 10;
 impl ModelClient {
     /// A client that trusts the machine's certificate authorities.
     pub fn new(settings: ClientSettings) -> std::io::Result<ModelClient> {
+        let mut http = HttpConnector::new();
+        // A request's head and body go out at once, not 40 ms apart behind the peer's delayed
+        // acknowledgement (Nagle's algorithm): every turn of a tool loop pays it otherwise.
+        http.set_nodelay(true);
+        http.enforce_http(false);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_native_roots(rustls::crypto::ring::default_provider())?
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(http);
         Ok(ModelClient {
             http: Client::builder(TokioExecutor::new()).build(connector),
             settings,

@@ -94,6 +94,10 @@ pub struct Seen {
     pub costs: BTreeMap<String, (f64, u64, u64)>,
     /// Calls `/generation` was asked about.
     pub generation_lookups: Vec<String>,
+    /// When each call to `/chat/completions` arrived (its whole body read).
+    pub arrived: Vec<std::time::Instant>,
+    /// When each answer streamed to its end had its last piece taken by the connection.
+    pub finished: Vec<std::time::Instant>,
 }
 
 /// The server.
@@ -118,6 +122,8 @@ impl ModelServer {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                // Each piece of an answer leaves when it is written, as a provider's stream does.
+                let _ = stream.set_nodelay(true);
                 let (seen, script) = (serving_seen.clone(), serving_script.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
@@ -308,6 +314,7 @@ async fn answer(
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let (reply, generation) = {
         let mut seen = seen.lock().unwrap();
+        seen.arrived.push(std::time::Instant::now());
         seen.requests.push(body);
         seen.authorizations.push(authorization);
         let generation = format!("gen-{}", seen.requests.len());
@@ -366,8 +373,11 @@ async fn answer(
             let mut pieces = split(&first, answer.cut_every);
             pieces.extend(split(&rest, answer.cut_every));
             let (seen, id) = (seen.clone(), generation.clone());
-            let done: Box<dyn FnOnce() + Send> =
-                Box::new(move || seen.lock().unwrap().answered.push(id));
+            let done: Box<dyn FnOnce() + Send> = Box::new(move || {
+                let mut seen = seen.lock().unwrap();
+                seen.finished.push(std::time::Instant::now());
+                seen.answered.push(id);
+            });
             sse(pieces_body(pieces, true, Some(done)), &generation)
         }
     }
