@@ -267,6 +267,17 @@ fn check_agent(
             );
         }
     }
+    if let Some(first) = &spec.first_tool
+        && !spec.tools.contains(first)
+    {
+        checker.report(
+            d,
+            CfgCode::UnknownTool,
+            "/spec/firstTool",
+            format!("firstTool {first:?} is not one of the agent's tools"),
+            "name one of spec.tools, or add it there".to_string(),
+        );
+    }
 }
 
 fn check_budget(checker: &mut Checker<'_>, document: usize, pointer: &str, usd: Option<f64>) {

@@ -107,6 +107,10 @@ pub struct AgentSpec {
     /// (`PLUGIN` for all of a plugin's tools, `PLUGIN.TOOL` for one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<String>,
+    /// One of `tools` the model must call on its first turn of a `deep` node (`tool_choice`
+    /// naming it); later turns choose freely. For a loop that must start by looking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_tool: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
 }
@@ -133,6 +137,26 @@ pub struct Model {
     /// (docs/afe-models.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// How a structured answer is asked for: `jsonSchema` (OpenAI's
+    /// `response_format: {type: json_schema}`, the default) or `jsonObject`
+    /// (`{type: json_object, schema}`, what llama.cpp's server takes instead).
+    #[serde(default, skip_serializing_if = "StructuredOutput::is_default")]
+    pub structured_output: StructuredOutput,
+}
+
+/// The `response_format` a structured answer is asked with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum StructuredOutput {
+    #[default]
+    JsonSchema,
+    JsonObject,
+}
+
+impl StructuredOutput {
+    fn is_default(&self) -> bool {
+        *self == StructuredOutput::default()
+    }
 }
 
 /// A model's price in US dollars per million tokens.

@@ -65,10 +65,11 @@ impl Message {
 
     /// As the wire writes it: tool calls as `{id, type: function, function: {name, arguments}}`.
     fn wire(&self) -> Value {
-        let mut message = json!({"role": self.role});
-        if let Some(content) = &self.content {
-            message["content"] = json!(content);
-        }
+        // Always a string, empty beside tool calls: llama.cpp's chat templates read every
+        // message's content (a missing one ends the stream before its first chunk, `null` is
+        // refused), and OpenAI takes an empty one.
+        let mut message =
+            json!({"role": self.role, "content": self.content.as_deref().unwrap_or("")});
         if !self.tool_calls.is_empty() {
             message["tool_calls"] = self
                 .tool_calls
@@ -103,6 +104,15 @@ pub enum ToolChoice {
     Named(String),
 }
 
+/// How a structured answer's schema is asked for. OpenAI and OpenRouter take `json_schema`;
+/// llama.cpp's server refuses it and takes the schema beside `json_object` instead, which it
+/// turns into a grammar the answer cannot leave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemaFormat {
+    JsonSchema,
+    JsonObject,
+}
+
 /// A request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChatRequest {
@@ -112,6 +122,8 @@ pub struct ChatRequest {
     pub tool_choice: Option<ToolChoice>,
     /// Structured output: the answer's JSON Schema, by name.
     pub response_schema: Option<(String, Value)>,
+    /// How the schema is put in `response_format`.
+    pub schema_format: SchemaFormat,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
 }
@@ -124,6 +136,7 @@ impl ChatRequest {
             tools: Vec::new(),
             tool_choice: None,
             response_schema: None,
+            schema_format: SchemaFormat::JsonSchema,
             max_tokens: None,
             temperature: None,
         }
@@ -157,8 +170,11 @@ impl ChatRequest {
             None => {}
         }
         if let Some((name, schema)) = &self.response_schema {
-            body["response_format"] = json!({"type": "json_schema",
-                "json_schema": {"name": name, "strict": true, "schema": schema}});
+            body["response_format"] = match self.schema_format {
+                SchemaFormat::JsonSchema => json!({"type": "json_schema",
+                    "json_schema": {"name": name, "strict": true, "schema": schema}}),
+                SchemaFormat::JsonObject => json!({"type": "json_object", "schema": schema}),
+            };
         }
         if let Some(max) = self.max_tokens {
             body["max_tokens"] = json!(max);
@@ -280,11 +296,11 @@ impl Assembler {
                 let index = fragment.get("index").and_then(Value::as_u64).unwrap_or(0);
                 let call = self.calls.entry(index).or_default();
                 if let Some(id) = fragment.get("id").and_then(Value::as_str) {
-                    call.0.push_str(id);
+                    join_whole_value(&mut call.0, id);
                 }
                 let function = fragment.get("function");
                 if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
-                    call.1.push_str(name);
+                    join_whole_value(&mut call.1, name);
                 }
                 if let Some(arguments) = function
                     .and_then(|f| f.get("arguments"))
@@ -326,6 +342,16 @@ impl Assembler {
             });
         }
         Ok(self.response)
+    }
+}
+
+/// A tool call's id or name from one more fragment. OpenAI sends each once, in the call's first
+/// fragment; llama.cpp's server repeats the whole value in every fragment. A fragment equal to what
+/// is already there is that repetition, not more of the value; anything else is joined on, as
+/// deltas are.
+fn join_whole_value(value: &mut String, fragment: &str) {
+    if value != fragment {
+        value.push_str(fragment);
     }
 }
 
@@ -476,7 +502,40 @@ mod tests {
         assert_eq!(body["tool_choice"]["function"]["name"], "ws.read");
         assert_eq!(body["response_format"]["json_schema"]["name"], "plan");
         assert_eq!(body["messages"][1]["tool_calls"][0]["type"], "function");
+        assert_eq!(body["messages"][1]["content"], "");
         assert_eq!(body["messages"][2]["tool_call_id"], "c1");
         assert_eq!(body["max_tokens"], 100);
+        request.schema_format = SchemaFormat::JsonObject;
+        let body = request.body();
+        assert_eq!(body["response_format"]["type"], "json_object");
+        assert_eq!(body["response_format"]["schema"]["type"], "object");
+    }
+
+    #[test]
+    fn a_call_whose_id_and_name_are_repeated_in_every_fragment_is_one_call() {
+        // llama.cpp's server: the whole id, type and name again in each fragment, beside the
+        // legacy function_call field, and no usage at the end.
+        let chunk = |arguments: &str, finish: Value| {
+            format!(
+                "data: {}\n\n",
+                json!({"id": "chatcmpl-7", "choices": [{"index": 0, "delta": {"role": null, "content": null,
+                    "function_call": null, "tool_calls": [{"index": 0, "id": "call_x", "type": "function",
+                    "function": {"name": "ws_read", "arguments": arguments}}]}, "finish_reason": finish}]})
+            )
+        };
+        let text = chunk("{\"path\": ", Value::Null)
+            + &chunk("\"README\"}", Value::Null)
+            + &chunk("", json!("tool_calls"))
+            + "data: [DONE]\n\n";
+        let answer = assemble(text.as_bytes(), 9).unwrap();
+        assert_eq!(
+            answer.tool_calls,
+            [ToolCall {
+                id: "call_x".into(),
+                name: "ws_read".into(),
+                arguments: "{\"path\": \"README\"}".into()
+            }]
+        );
+        assert_eq!(answer.usage, None);
     }
 }

@@ -12,6 +12,8 @@ pub mod client;
 pub mod error;
 pub mod sse;
 
-pub use chat::{ChatRequest, ChatResponse, Message, Role, ToolCall, ToolChoice, ToolSpec, Usage};
+pub use chat::{
+    ChatRequest, ChatResponse, Message, Role, SchemaFormat, ToolCall, ToolChoice, ToolSpec, Usage,
+};
 pub use client::{ClientSettings, Endpoint, ModelClient};
 pub use error::ModelError;

@@ -10,7 +10,7 @@ use afe_store::Settlement;
 use afe_worker::{NodeCall, NodeResult};
 use serde_json::{Value, json};
 
-use crate::call::{Model, endpoint};
+use crate::call::{Model, endpoint, schema_format};
 use crate::error::NodeFailure;
 use crate::{money, prompt};
 
@@ -44,6 +44,7 @@ pub fn model_of<'a>(client: &'a ModelClient, spec: &AgentSpec) -> Result<Model<'
         price: spec.model.price.clone(),
         max_tokens: spec.model.max_tokens,
         temperature: spec.model.temperature,
+        schema_format: schema_format(&spec.model),
     })
 }
 
@@ -172,6 +173,7 @@ pub async fn run(
             None => {
                 let mut request = ChatRequest::new(&model.name, messages.clone());
                 request.response_schema = output_schema.clone();
+                request.schema_format = model.schema_format;
                 request.max_tokens = model.max_tokens;
                 request.temperature = model.temperature;
                 check_agent_budget(call, &spec, &model, &request).await?;

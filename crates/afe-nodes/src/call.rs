@@ -6,8 +6,10 @@
 //! counted, when it cannot say yet); a call the provider cannot have charged for is settled at
 //! nothing. A node resumed after a crash first settles its earlier attempts' calls the same way.
 
-use afe_config::kinds::{Model as ModelConfig, Price};
-use afe_model::{ChatRequest, ChatResponse, Endpoint, ModelClient, ModelError, Usage};
+use afe_config::kinds::{Model as ModelConfig, Price, StructuredOutput};
+use afe_model::{
+    ChatRequest, ChatResponse, Endpoint, ModelClient, ModelError, SchemaFormat, Usage,
+};
 use afe_store::{LedgerState, Settlement};
 use afe_worker::Wallet;
 
@@ -23,6 +25,7 @@ pub struct Model<'a> {
     pub price: Option<Price>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
+    pub schema_format: SchemaFormat,
 }
 
 /// Where an agent's model is, its key read by name from the worker's environment (`lookup`).
@@ -54,6 +57,14 @@ pub fn endpoint(
         base_url,
         key,
     })
+}
+
+/// The request shape the model's `structuredOutput` names.
+pub fn schema_format(model: &ModelConfig) -> SchemaFormat {
+    match model.structured_output {
+        StructuredOutput::JsonSchema => SchemaFormat::JsonSchema,
+        StructuredOutput::JsonObject => SchemaFormat::JsonObject,
+    }
 }
 
 impl Model<'_> {

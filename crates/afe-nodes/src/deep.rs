@@ -10,7 +10,9 @@
 //! commands, run again; nothing is paid again), then goes on from the first turn not finished.
 
 use afe_config::BUILTIN_TOOLS;
-use afe_model::{ChatRequest, ChatResponse, Message, ModelClient, Role, ToolCall, ToolSpec};
+use afe_model::{
+    ChatRequest, ChatResponse, Message, ModelClient, Role, ToolCall, ToolChoice, ToolSpec,
+};
 use afe_sandbox::{ExecRequest, Opened, Payload, Sandbox};
 use afe_worker::NodeCall;
 use serde_json::{Value, json};
@@ -205,6 +207,11 @@ pub async fn run(
                 }
                 let mut request = ChatRequest::new(&model.name, messages.clone());
                 request.tools = tools.clone();
+                if turn == 0
+                    && let Some(first) = &spec.first_tool
+                {
+                    request.tool_choice = Some(ToolChoice::Named(wire_name(first)));
+                }
                 request.max_tokens = model.max_tokens;
                 request.temperature = model.temperature;
                 check_agent_budget(call, &spec, &model, &request).await?;

@@ -245,3 +245,121 @@ pub async fn duplex(
     });
     Ok(ours)
 }
+
+/// How the attached command's wrapper says its process id: the first line of its stdout, before
+/// the command's own output. A POSIX shell is in every sandbox image (docs/afe-sandbox.md).
+const SAY_PID: &str = "echo \"$$\"; exec \"$@\"";
+
+/// Starts `command` attached ([`afe_sandbox::Attached`]): stdin fed from a channel, output pumped
+/// into one, the status sent once the output ends, and a kill that works from outside: the
+/// command is started through a shell that says its pid and then becomes the command, so a kill
+/// is `kill -KILL <pid>` run as the same user in the same container. `ticket` names the sandbox in
+/// a status that says it is gone.
+pub async fn attach(
+    docker: &Docker,
+    command: &Command<'_>,
+    ticket: &str,
+) -> Result<afe_sandbox::Attached, ExecFailure> {
+    let mut argv: Vec<String> = ["sh", "-c", SAY_PID, "sh"].map(String::from).to_vec();
+    argv.extend(command.argv.iter().cloned());
+    let wrapped = Command {
+        argv,
+        env: command.env.clone(),
+        stdin: Some(&[]),
+        ..*command
+    };
+    let (id, mut output, mut input) = start(docker, &wrapped).await?;
+    let (stdin_tx, mut stdin_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    let (output_tx, output_rx) = tokio::sync::mpsc::channel::<OutputChunk>(64);
+    let (status_tx, status_rx) = tokio::sync::oneshot::channel();
+    let (kill_tx, mut kill_rx) = tokio::sync::oneshot::channel::<()>();
+    let docker = docker.clone();
+    let container = command.container.to_string();
+    let user = command.user.to_string();
+    let ticket = ticket.to_string();
+    let feed = tokio::spawn(async move {
+        while let Some(bytes) = stdin_rx.recv().await {
+            if input.write_all(&bytes).await.is_err() || input.flush().await.is_err() {
+                break;
+            }
+        }
+        let _ = input.shutdown().await;
+    });
+    tokio::spawn(async move {
+        let kill = |pid: String| {
+            let (docker, container, user) = (docker.clone(), container.clone(), user.clone());
+            async move {
+                let kill = Command {
+                    container: &container,
+                    user: &user,
+                    // The shell's own kill: images need not have /bin/kill (procps).
+                    argv: ["sh", "-c", "kill -KILL \"$1\"", "sh", &pid]
+                        .map(String::from)
+                        .to_vec(),
+                    env: Vec::new(),
+                    workdir: None,
+                    stdin: None,
+                    output_limit: 4096,
+                };
+                let _ = run(&docker, &kill, &mut |_| {}).await;
+            }
+        };
+        // The wrapper's first line is its pid; until it is read, a kill waits for it.
+        let mut pid: Option<Option<String>> = None;
+        let mut first_line = Vec::new();
+        let mut kill_wanted = false;
+        loop {
+            let piece = tokio::select! {
+                piece = output.next() => piece,
+                _ = &mut kill_rx, if !kill_wanted => {
+                    kill_wanted = true;
+                    if let Some(Some(pid)) = &pid {
+                        kill(pid.clone()).await;
+                    }
+                    continue;
+                }
+            };
+            let Some(Ok(piece)) = piece else { break };
+            let chunk = match piece {
+                LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                    let mut bytes = message.to_vec();
+                    if pid.is_none() {
+                        first_line.extend_from_slice(&bytes);
+                        let Some(end) = first_line.iter().position(|b| *b == b'\n') else {
+                            continue;
+                        };
+                        let said = String::from_utf8_lossy(&first_line[..end])
+                            .trim()
+                            .to_string();
+                        let said = Some(said).filter(|p| p.parse::<u32>().is_ok());
+                        if kill_wanted && let Some(pid) = &said {
+                            kill(pid.clone()).await;
+                        }
+                        pid = Some(said);
+                        bytes = first_line.split_off(end + 1);
+                        if bytes.is_empty() {
+                            continue;
+                        }
+                    }
+                    OutputChunk::Stdout(bytes)
+                }
+                LogOutput::StdErr { message } => OutputChunk::Stderr(message.to_vec()),
+                LogOutput::StdIn { .. } => continue,
+            };
+            // Nobody reading any more is not a reason to stop reading: the command would block
+            // on a full pipe. Its output goes nowhere until it ends or is killed.
+            let _ = output_tx.send(chunk).await;
+        }
+        feed.abort();
+        let status = exit_status(&docker, &id, &container)
+            .await
+            .map_err(|e| e.into_error(&ticket, "running an attached command"));
+        let _ = status_tx.send(status);
+    });
+    Ok(afe_sandbox::Attached {
+        stdin: stdin_tx,
+        output: output_rx,
+        status: status_rx,
+        kill: kill_tx,
+    })
+}

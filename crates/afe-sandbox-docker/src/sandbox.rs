@@ -10,8 +10,8 @@ use af_sidecar_api::config::{CONTROL_PORT, ResolverConfig};
 use af_sidecar_api::control_client;
 use af_sidecar_api::records::{DecisionQuery, DecisionRecord};
 use afe_sandbox::{
-    ExecOutput, ExecRequest, Existing, Marker, OpenAction, Opened, OutputChunk, Payload, Sandbox,
-    SandboxError, SandboxSpec, labels, workspace,
+    Attached, ExecOutput, ExecRequest, Existing, Marker, OpenAction, Opened, OutputChunk, Payload,
+    Sandbox, SandboxError, SandboxSpec, labels, workspace,
 };
 use async_trait::async_trait;
 use bollard::Docker;
@@ -380,6 +380,23 @@ impl DockerSandbox {
         Ok(())
     }
 
+    /// The directory `request` runs in, confined to the workspace, once its variables' names are
+    /// checked.
+    fn checked_workdir(&self, request: &ExecRequest) -> Result<String, SandboxError> {
+        for (name, _) in &request.env {
+            if !af_manifest::is_env_name(name) {
+                return Err(SandboxError::VariableRefused {
+                    name: name.clone(),
+                    why: "not a variable name".to_string(),
+                });
+            }
+        }
+        Ok(match &request.workdir {
+            Some(dir) => workspace::confine(dir)?,
+            None => workspace::REPO.to_string(),
+        })
+    }
+
     fn sandbox_command<'a>(
         &self,
         sandbox: &'a Opened,
@@ -630,24 +647,9 @@ impl Sandbox for DockerSandbox {
         request: &ExecRequest,
         on_output: &mut (dyn for<'c> FnMut(&'c OutputChunk) + Send),
     ) -> Result<ExecOutput, SandboxError> {
-        for (name, _) in &request.env {
-            if !af_manifest::is_env_name(name) {
-                return Err(SandboxError::VariableRefused {
-                    name: name.clone(),
-                    why: "not a variable name".to_string(),
-                });
-            }
-        }
-        let workdir = match &request.workdir {
-            Some(dir) => workspace::confine(dir)?,
-            None => workspace::REPO.to_string(),
-        };
+        let workdir = self.checked_workdir(request)?;
         let command = Command {
-            env: request
-                .env
-                .iter()
-                .map(|(name, value)| format!("{name}={value}"))
-                .collect(),
+            env: env_pairs(request),
             workdir: Some(&workdir),
             ..self.sandbox_command(
                 sandbox,
@@ -659,6 +661,22 @@ impl Sandbox for DockerSandbox {
         exec::run(&self.docker, &command, on_output)
             .await
             .map_err(|e| e.into_error(&sandbox.ticket, "running a command in the sandbox"))
+    }
+
+    async fn attach(
+        &self,
+        sandbox: &Opened,
+        request: &ExecRequest,
+    ) -> Result<Attached, SandboxError> {
+        let workdir = self.checked_workdir(request)?;
+        let command = Command {
+            env: env_pairs(request),
+            workdir: Some(&workdir),
+            ..self.sandbox_command(sandbox, request.argv.clone(), None, request.output_limit)
+        };
+        exec::attach(&self.docker, &command, &sandbox.ticket)
+            .await
+            .map_err(|e| e.into_error(&sandbox.ticket, "starting a command in the sandbox"))
     }
 
     async fn put(
@@ -824,4 +842,13 @@ impl Sandbox for DockerSandbox {
         }
         Ok(())
     }
+}
+
+/// A request's variables as the Engine API takes them.
+fn env_pairs(request: &ExecRequest) -> Vec<String> {
+    request
+        .env
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect()
 }

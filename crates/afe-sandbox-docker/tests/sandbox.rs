@@ -156,6 +156,64 @@ async fn exec_streams_output_feeds_stdin_and_bounds_what_it_keeps() {
     );
 }
 
+/// An attached command is talked with while it runs: each line written to its stdin is answered
+/// before the next is sent, stderr comes apart, closing stdin ends it with its own status; a
+/// command that would never end is killed from outside.
+#[tokio::test]
+async fn an_attached_command_is_talked_with_while_it_runs_and_can_be_killed() {
+    let ticket = ticket();
+    let _cleanup = Cleanup(ticket.clone());
+    let sandbox = adapter(DockerSandboxSettings::default()).await;
+    let opened = open(&sandbox, &spec(&ticket)).await;
+
+    let mut request = ExecRequest::new([
+        "sh",
+        "-c",
+        "echo ready >&2; while read -r line; do echo \"got $line from $PWD\"; done; exit 3",
+    ]);
+    request.env = vec![("EXTRA".to_string(), "x".to_string())];
+    let mut attached = sandbox.attach(&opened, &request).await.unwrap();
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    for word in ["one", "two"] {
+        attached
+            .stdin
+            .send(format!("{word}\n").into_bytes())
+            .await
+            .unwrap();
+        // The answer to this line arrives while stdin is still open.
+        while !stdout.contains(&format!("got {word}")) {
+            match attached.output.recv().await.unwrap() {
+                OutputChunk::Stdout(bytes) => stdout.push_str(&String::from_utf8_lossy(&bytes)),
+                OutputChunk::Stderr(bytes) => stderr.push_str(&String::from_utf8_lossy(&bytes)),
+            }
+        }
+    }
+    assert_eq!(
+        stdout,
+        "got one from /workspace/repo\ngot two from /workspace/repo\n"
+    );
+    drop(attached.stdin);
+    while let Some(chunk) = attached.output.recv().await {
+        if let OutputChunk::Stderr(bytes) = chunk {
+            stderr.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    assert_eq!(stderr, "ready\n");
+    assert_eq!(attached.status.await.unwrap().unwrap(), 3);
+
+    // Stdin left open, a command that never ends: the kill ends it (SIGKILL: 137).
+    let endless = sandbox
+        .attach(&opened, &ExecRequest::new(["sleep", "100000"]))
+        .await
+        .unwrap();
+    let _stdin = endless.stdin;
+    endless.kill.send(()).unwrap();
+    let mut output = endless.output;
+    while output.recv().await.is_some() {}
+    assert_eq!(endless.status.await.unwrap().unwrap(), 137);
+}
+
 /// Files and tar streams go in and come out as the sandbox's user; paths outside the workspace
 /// are refused before anything runs.
 #[tokio::test]

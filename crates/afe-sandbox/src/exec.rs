@@ -1,6 +1,9 @@
 //! A command in a sandbox: what is asked (argv, stdin, environment, working directory), and what
 //! comes back — the exit status, and stdout and stderr streamed as they come and kept up to a
-//! bound (a command that prints without end cannot grow the worker's memory).
+//! bound (a command that prints without end cannot grow the worker's memory); or a command
+//! attached, talked with while it runs.
+
+use crate::SandboxError;
 
 /// The most of each stream kept by default: 1 MiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 1 << 20;
@@ -32,6 +35,20 @@ impl ExecRequest {
             output_limit: DEFAULT_OUTPUT_LIMIT,
         }
     }
+}
+
+/// A command started with its stdin open, for a program the worker talks with while it runs (an
+/// ACP agent, a terminal an agent asked for). Platform-neutral: channels, pumped by the adapter.
+#[derive(Debug)]
+pub struct Attached {
+    /// Bytes for the command's stdin, in order; dropping it closes stdin.
+    pub stdin: tokio::sync::mpsc::Sender<Vec<u8>>,
+    /// The command's output as it arrives; ends once the command closed stdout and stderr.
+    pub output: tokio::sync::mpsc::Receiver<OutputChunk>,
+    /// How the command ended, once its output has ended.
+    pub status: tokio::sync::oneshot::Receiver<Result<i64, SandboxError>>,
+    /// Send (or drop) to kill the command (SIGKILL) if it has not ended.
+    pub kill: tokio::sync::oneshot::Sender<()>,
 }
 
 /// A piece of a command's output, as it arrives.

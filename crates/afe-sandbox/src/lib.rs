@@ -21,7 +21,7 @@ pub mod spec;
 pub mod workspace;
 
 pub use error::SandboxError;
-pub use exec::{Bounded, ExecOutput, ExecRequest, OutputChunk};
+pub use exec::{Attached, Bounded, ExecOutput, ExecRequest, OutputChunk};
 pub use lifecycle::{Lifecycle, Marker};
 pub use open::{Existing, OpenAction, decide};
 pub use port::{Opened, Payload, Sandbox};

@@ -4,7 +4,7 @@
 use af_sidecar_api::records::DecisionRecord;
 use async_trait::async_trait;
 
-use crate::{ExecOutput, ExecRequest, Marker, OutputChunk, SandboxError, SandboxSpec};
+use crate::{Attached, ExecOutput, ExecRequest, Marker, OutputChunk, SandboxError, SandboxSpec};
 
 /// A ticket's sandbox, once open.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +45,15 @@ pub trait Sandbox: Send + Sync {
         // Named for every chunk's lifetime: async_trait would otherwise tie it to the call's.
         on_output: &mut (dyn for<'c> FnMut(&'c OutputChunk) + Send),
     ) -> Result<ExecOutput, SandboxError>;
+
+    /// Starts a command as [`exec`](Sandbox::exec) does (`request.stdin` is ignored) and returns at
+    /// once, attached: the caller writes its stdin and reads its output while it runs. Output not
+    /// read holds the command back (the channel is bounded); it is never buffered without end.
+    async fn attach(
+        &self,
+        sandbox: &Opened,
+        request: &ExecRequest,
+    ) -> Result<Attached, SandboxError>;
 
     /// Writes `payload` at `path` (confined to the workspace), as the sandbox's user.
     async fn put(&self, sandbox: &Opened, path: &str, payload: Payload)

@@ -242,6 +242,104 @@ impl SqlStore {
 
     /// Settles open reservations of the ticket with what the provider reported, each with its
     /// `ledger.settled` event; one that is not open is refused (it was settled or released).
+    /// A new ledger entry of `usd_micros` and its event: reserved (`ledger.reserved`), or, for
+    /// money already spent, settled at once (`ledger.spent`).
+    async fn ledger_entry(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        lease: &Lease,
+        node: &str,
+        provider: &str,
+        usd_micros: i64,
+        spent: bool,
+    ) -> Result<(i64, Event), StoreError> {
+        let (settled, state, kind) = if spent {
+            (Some(usd_micros), "settled", "ledger.spent")
+        } else {
+            (None, "reserved", "ledger.reserved")
+        };
+        let row = sqlx::query(&self.sql(
+            "INSERT INTO afe_ledger (ticket, node, provider, reserved_micros, settled_micros, state, epoch, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, {now}) RETURNING id",
+        ))
+        .bind(&lease.ticket)
+        .bind(node)
+        .bind(provider)
+        .bind(usd_micros)
+        .bind(settled)
+        .bind(state)
+        .bind(lease.epoch)
+        .fetch_one(&mut **tx)
+        .await?;
+        let id: i64 = row.try_get(0)?;
+        let event = self
+            .append(
+                tx,
+                &lease.ticket,
+                kind,
+                json!({"node": node, "reservation": id, "provider": provider, "usd_micros": usd_micros}),
+            )
+            .await?;
+        Ok((id, event))
+    }
+
+    /// The ticket's budget, when it has one, and what its ledger holds against it (settled
+    /// amounts and open reservations).
+    async fn budget_and_committed(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        lease: &Lease,
+    ) -> Result<Option<(i64, i64)>, StoreError> {
+        let budget: Option<i64> =
+            sqlx::query(&self.sql("SELECT budget_micros FROM afe_tickets WHERE id = $1"))
+                .bind(&lease.ticket)
+                .fetch_one(&mut **tx)
+                .await?
+                .try_get(0)?;
+        let Some(budget) = budget else {
+            return Ok(None);
+        };
+        let committed: i64 = sqlx::query(&self.sql(
+            "SELECT CAST(COALESCE(SUM(CASE WHEN state = 'settled' THEN settled_micros WHEN state = 'reserved' THEN reserved_micros ELSE 0 END), 0) AS BIGINT) FROM afe_ledger WHERE ticket = $1",
+        ))
+        .bind(&lease.ticket)
+        .fetch_one(&mut **tx)
+        .await?
+        .try_get(0)?;
+        Ok(Some((budget, committed)))
+    }
+
+    /// Fails the ticket for its budget: its lease given up, its open reservations released, and
+    /// `budget.exceeded` then `ticket.failed` in its log.
+    async fn stop_over_budget(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        lease: &Lease,
+        node: &str,
+        budget: i64,
+        committed: i64,
+        asked: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql(
+            "UPDATE afe_tickets SET state = 'failed', reason = 'BudgetExceeded', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
+        ))
+        .bind(&lease.ticket)
+        .execute(&mut **tx)
+        .await?;
+        self.release_reservations(tx, &lease.ticket, "<=", lease.epoch)
+            .await?;
+        let detail = json!({"node": node, "budget_micros": budget, "committed_micros": committed, "asked_micros": asked});
+        self.append(tx, &lease.ticket, "budget.exceeded", detail)
+            .await?;
+        self.append(
+            tx,
+            &lease.ticket,
+            "ticket.failed",
+            json!({"reason": "BudgetExceeded"}),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn settle_in(
         &self,
         tx: &mut Transaction<'_, Any>,
@@ -573,67 +671,22 @@ impl Store for SqlStore {
     ) -> Result<Reservation, StoreError> {
         let mut tx = self.pool.begin().await?;
         self.fence(&mut tx, lease).await?;
-        let budget: Option<i64> =
-            sqlx::query(&self.sql("SELECT budget_micros FROM afe_tickets WHERE id = $1"))
-                .bind(&lease.ticket)
-                .fetch_one(&mut *tx)
-                .await?
-                .try_get(0)?;
-        if let Some(budget) = budget {
-            let committed: i64 = sqlx::query(&self.sql(
-                "SELECT CAST(COALESCE(SUM(CASE WHEN state = 'settled' THEN settled_micros WHEN state = 'reserved' THEN reserved_micros ELSE 0 END), 0) AS BIGINT) FROM afe_ledger WHERE ticket = $1",
-            ))
-            .bind(&lease.ticket)
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
-            if committed + usd_micros > budget {
-                // The ticket stops here, in this transaction: it does not keep spending.
-                sqlx::query(&self.sql(
-                    "UPDATE afe_tickets SET state = 'failed', reason = 'BudgetExceeded', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
-                ))
-                .bind(&lease.ticket)
-                .execute(&mut *tx)
+        if let Some((budget, committed)) = self.budget_and_committed(&mut tx, lease).await?
+            && committed + usd_micros > budget
+        {
+            // The ticket stops here, in this transaction: it does not keep spending.
+            self.stop_over_budget(&mut tx, lease, node, budget, committed, usd_micros)
                 .await?;
-                self.release_reservations(&mut tx, &lease.ticket, "<=", lease.epoch)
-                    .await?;
-                let detail = json!({"node": node, "budget_micros": budget, "committed_micros": committed, "asked_micros": usd_micros});
-                self.append(&mut tx, &lease.ticket, "budget.exceeded", detail)
-                    .await?;
-                self.append(
-                    &mut tx,
-                    &lease.ticket,
-                    "ticket.failed",
-                    json!({"reason": "BudgetExceeded"}),
-                )
-                .await?;
-                tx.commit().await?;
-                return Err(StoreError::BudgetExceeded {
-                    ticket: lease.ticket.clone(),
-                    budget,
-                    committed,
-                    asked: usd_micros,
-                });
-            }
+            tx.commit().await?;
+            return Err(StoreError::BudgetExceeded {
+                ticket: lease.ticket.clone(),
+                budget,
+                committed,
+                asked: usd_micros,
+            });
         }
-        let row = sqlx::query(&self.sql(
-            "INSERT INTO afe_ledger (ticket, node, provider, reserved_micros, state, epoch, created_at) VALUES ($1, $2, $3, $4, 'reserved', $5, {now}) RETURNING id",
-        ))
-        .bind(&lease.ticket)
-        .bind(node)
-        .bind(provider)
-        .bind(usd_micros)
-        .bind(lease.epoch)
-        .fetch_one(&mut *tx)
-        .await?;
-        let id: i64 = row.try_get(0)?;
-        let event = self
-            .append(
-                &mut tx,
-                &lease.ticket,
-                "ledger.reserved",
-                json!({"node": node, "reservation": id, "provider": provider, "usd_micros": usd_micros}),
-            )
+        let (id, event) = self
+            .ledger_entry(&mut tx, lease, node, provider, usd_micros, false)
             .await?;
         tx.commit().await?;
         Ok(Reservation {
@@ -804,6 +857,37 @@ impl Store for SqlStore {
         let events = self.settle_in(&mut tx, lease, settlements).await?;
         tx.commit().await?;
         Ok(events)
+    }
+
+    async fn spent(
+        &self,
+        lease: &Lease,
+        node: &str,
+        provider: &str,
+        usd_micros: i64,
+    ) -> Result<Vec<Event>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        self.fence(&mut tx, lease).await?;
+        let before = self.budget_and_committed(&mut tx, lease).await?;
+        let (_, event) = self
+            .ledger_entry(&mut tx, lease, node, provider, usd_micros, true)
+            .await?;
+        if let Some((budget, committed)) = before
+            && committed + usd_micros > budget
+        {
+            // Spent already, so kept; and the ticket stops spending more.
+            self.stop_over_budget(&mut tx, lease, node, budget, committed, usd_micros)
+                .await?;
+            tx.commit().await?;
+            return Err(StoreError::BudgetExceeded {
+                ticket: lease.ticket.clone(),
+                budget,
+                committed,
+                asked: usd_micros,
+            });
+        }
+        tx.commit().await?;
+        Ok(vec![event])
     }
 
     async fn save_turn(

@@ -78,6 +78,17 @@ pub trait Store: Send + Sync {
         reservation: i64,
         generation: &str,
     ) -> Result<(), StoreError>;
+    /// Records money an outside agent reports it has already spent (an ACP agent's cost): a
+    /// ledger entry settled at once, with its `ledger.spent` event. It is kept even when it takes
+    /// the ticket past its budget — it was spent — and then the ticket stops as `failed` with
+    /// `BudgetExceeded`, as a reservation that does not fit would stop it.
+    async fn spent(
+        &self,
+        lease: &Lease,
+        node: &str,
+        provider: &str,
+        usd_micros: i64,
+    ) -> Result<Vec<Event>, StoreError>;
     /// Settles open reservations outside a node's completion (a tool loop's turn, a call settled
     /// later), each with its `ledger.settled` event.
     async fn settle(

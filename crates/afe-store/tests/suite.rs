@@ -42,6 +42,7 @@ on_both_stores!(
     bundles_are_stored_in_chunks_and_checked,
     a_reservation_over_budget_stops_the_ticket_and_the_ledger_adds_up,
     a_dead_workers_reservations_are_released_when_its_lease_is_taken_over,
+    money_an_agent_reports_spent_is_kept_even_past_the_budget_and_stops_the_ticket,
     a_reservation_whose_call_reached_the_provider_is_settled_not_released,
     a_turn_is_journaled_with_its_settlement,
     events_are_ordered_and_readable_from_any_position,
@@ -397,6 +398,37 @@ async fn a_reservation_over_budget_stops_the_ticket_and_the_ledger_adds_up(store
         .map(|e| e.kind)
         .collect();
     assert!(kinds.ends_with(&["budget.exceeded".to_string(), "ticket.failed".to_string()]));
+}
+
+/// An ACP agent pays its own model and reports what it spent afterwards: each report is a ledger
+/// entry settled at once; the one that takes the ticket past its budget is still kept (it was
+/// spent), and the ticket stops as a refused reservation would stop it.
+async fn money_an_agent_reports_spent_is_kept_even_past_the_budget_and_stops_the_ticket(
+    store: &SqlStore,
+) {
+    let id = ticket(store, Some(1_000_000)).await;
+    let lease = claim(store, &id, "w", LONG).await;
+    store.start_node(&lease, "review").await.unwrap();
+    let events = store.spent(&lease, "review", "acp", 600_000).await.unwrap();
+    assert_eq!(events[0].kind, "ledger.spent");
+    assert_eq!(events[0].payload["usd_micros"], 600_000);
+    match store.spent(&lease, "review", "acp", 500_000).await {
+        Err(StoreError::BudgetExceeded {
+            budget,
+            committed,
+            asked,
+            ..
+        }) => assert_eq!((budget, committed, asked), (1_000_000, 600_000, 500_000)),
+        other => panic!("expected BudgetExceeded, got {other:?}"),
+    }
+    let ticket = store.ticket(&id).await.unwrap();
+    assert_eq!(ticket.state, TicketState::Failed);
+    assert_eq!(ticket.reason.as_deref(), Some("BudgetExceeded"));
+    let ledger = store.ledger(&id).await.unwrap();
+    assert!(ledger.iter().all(|e| e.state == LedgerState::Settled));
+    let settled: i64 = ledger.iter().filter_map(|e| e.settled_micros).sum();
+    assert_eq!(settled, 1_100_000, "both reports are in the ledger");
+    assert!(lost(store.spent(&lease, "review", "acp", 1).await));
 }
 
 async fn a_dead_workers_reservations_are_released_when_its_lease_is_taken_over(store: &SqlStore) {

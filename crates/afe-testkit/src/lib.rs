@@ -4,10 +4,12 @@
 
 pub mod git_server;
 pub mod model_server;
+pub mod real_model;
 pub mod sandbox_image;
 
 pub use git_server::GitServer;
 pub use model_server::{Answer, ModelServer, Reply};
+pub use real_model::RealModelServer;
 pub use sandbox_image::{sandbox_image, sandbox_objects, wait_for_process};
 
 use std::path::{Path, PathBuf};

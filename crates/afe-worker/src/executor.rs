@@ -89,6 +89,16 @@ impl Wallet {
         Ok(())
     }
 
+    /// Records what an outside agent reports it has spent ([`Store::spent`]).
+    pub async fn spent(&self, provider: &str, usd_micros: i64) -> Result<(), StoreError> {
+        let events = self
+            .store
+            .spent(&self.lease, &self.node, provider, usd_micros)
+            .await?;
+        announce(self.notifier.as_ref(), &events).await;
+        Ok(())
+    }
+
     /// The ticket's ledger.
     pub async fn ledger(&self) -> Result<Vec<afe_store::LedgerEntry>, StoreError> {
         self.store.ledger(&self.lease.ticket).await
