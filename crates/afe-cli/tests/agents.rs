@@ -7,7 +7,6 @@
 mod tickets;
 
 use std::path::Path;
-use std::process::Command;
 
 use afe_store::{LedgerState, SqlStore, Store};
 use afe_testkit::ModelServer;
@@ -15,31 +14,13 @@ use serde_json::Value;
 use tickets::*;
 
 fn run(dir: &Path, input: &Path, store: &str) -> (Option<i32>, Vec<Value>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_afe"))
-        .args([
-            "run", "--local", "--json", "--flow", "fix", "--store", store, "-c",
-        ])
-        .arg(dir)
-        .arg("--input")
-        .arg(input)
-        .env("AFE_GIT_TOKEN", TOKEN)
-        .env("SCRIPTED_KEY", KEY)
-        .env("AFE_LOG", "debug")
-        .output()
-        .unwrap();
-    let events = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    (
-        out.status.code(),
-        events,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    run_flow(
+        dir,
+        input,
+        "fix",
+        store,
+        &[("SCRIPTED_KEY", KEY), ("AFE_LOG", "debug")],
     )
-}
-
-fn kinds<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["kind"] == kind).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

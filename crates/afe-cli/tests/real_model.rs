@@ -6,11 +6,9 @@
 mod tickets;
 
 use std::path::Path;
-use std::process::Command;
 
 use afe_store::{LedgerState, SqlStore, Store};
 use afe_testkit::RealModelServer;
-use serde_json::Value;
 use tickets::*;
 
 const LLAMA_KEY: &str = "sk-llama-e2e-51d0c2";
@@ -23,13 +21,7 @@ fn config(dir: &Path, server: &RealModelServer) {
     std::fs::write(
         dir.join("config.yaml"),
         format!(
-            r#"apiVersion: afe.dev/v1alpha1
-kind: Schema
-metadata: {{name: repo-request}}
-spec:
-  fields:
-    repository: string
----
+            r#"{REPO_REQUEST}---
 apiVersion: afe.dev/v1alpha1
 kind: Schema
 metadata: {{name: summary}}
@@ -71,10 +63,6 @@ spec:
     .unwrap();
 }
 
-fn kinds<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["kind"] == kind).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_and_a_deep_node_run_against_a_real_model() {
     let dir = afe_testkit::scratch("afe-real-model");
@@ -82,23 +70,14 @@ async fn an_agent_and_a_deep_node_run_against_a_real_model() {
     config(&dir, &server);
     let (_git, input) = repository(&dir).await;
     let store_url = afe_testkit::sqlite_url(&dir);
-    let out = Command::new(env!("CARGO_BIN_EXE_afe"))
-        .args([
-            "run", "--local", "--json", "--flow", "look", "--store", &store_url, "-c",
-        ])
-        .arg(&dir)
-        .arg("--input")
-        .arg(&input)
-        .env("AFE_GIT_TOKEN", TOKEN)
-        .env("LLAMA_KEY", LLAMA_KEY)
-        .output()
-        .unwrap();
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{events:#?}\n{log}");
+    let (status, events, log) = run_flow(
+        &dir,
+        &input,
+        "look",
+        &store_url,
+        &[("LLAMA_KEY", LLAMA_KEY)],
+    );
+    assert_eq!(status, Some(0), "{events:#?}\n{log}");
 
     // The structured answer held to its Schema: one of the kinds it names.
     let completed = kinds(&events, "node.completed");

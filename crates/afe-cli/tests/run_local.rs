@@ -47,10 +47,6 @@ fn run_to_done(dir: &std::path::Path, input: &std::path::Path, extra: &[&str]) -
     events(&stdout)
 }
 
-fn kinds<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["kind"] == kind).collect()
-}
-
 /// The flow runs to done; the git server has the pushed branch with the change; nothing of the
 /// ticket is left on the daemon.
 // Several threads: the git server runs on this runtime while the test waits on `afe` itself.

@@ -611,6 +611,15 @@ fn check_node(checker: &mut Checker<'_>, d: usize, at: &str, node: &FlowNode, co
             );
         }
         checker.env_names(d, &format!("{at}/acp/env"), &acp.env);
+        if acp.timeout_seconds == Some(0) {
+            checker.report(
+                d,
+                CfgCode::InvalidValue,
+                &format!("{at}/acp/timeoutSeconds"),
+                "a timeout of 0 seconds lets the agent do nothing".to_string(),
+                "write how many seconds its turn may take, or leave it out for an hour".to_string(),
+            );
+        }
     }
 }
 

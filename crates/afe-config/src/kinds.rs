@@ -277,13 +277,41 @@ pub enum GitAction {
     Push,
 }
 
-/// An ACP agent: its command in the sandbox and the names of the variables it gets.
+/// An ACP agent: its command in the sandbox, the names of the variables it gets, what it is asked,
+/// how its requests for permission are answered, and how long its turn may take.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AcpAgent {
     pub command: Vec<String>,
+    /// Variables of the worker's environment the agent gets (its model key, say), by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// The prompt, rendered from the node's context as an Agent's is; without it, the context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// How `session/request_permission` is answered: `allow` (the default: the sandbox is the
+    /// boundary) or `reject`.
+    #[serde(default, skip_serializing_if = "AcpPermissions::is_default")]
+    pub permissions: AcpPermissions,
+    /// The longest the prompt turn may take, in seconds (default 3600); then it is cancelled and
+    /// the node fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// The answer to an ACP agent's requests for permission.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AcpPermissions {
+    #[default]
+    Allow,
+    Reject,
+}
+
+impl AcpPermissions {
+    fn is_default(&self) -> bool {
+        *self == AcpPermissions::default()
+    }
 }
 
 /// Tools from outside the engine: an MCP server over stdio (run in the worker) or over HTTP.

@@ -20,11 +20,9 @@ pub enum NodeFailure {
     /// An `exec` node's command exited non-zero: its own output says why.
     #[error("AFE-NODE-001 {0}")]
     CommandFailed(String),
-    /// A node of a kind this afe does not run yet.
-    #[error(
-        "AFE-NODE-002 `{0}` nodes are not built yet; this afe runs git, exec, agent and deep nodes"
-    )]
-    NotBuilt(&'static str),
+    /// A node of no kind this afe runs (a revision written by a newer afe).
+    #[error("AFE-NODE-002 node {0} is of no kind this afe runs (git, exec, agent, deep, acp)")]
+    NotBuilt(String),
     /// The model's answers did not match the node's output Schema, however many times it was
     /// asked.
     #[error("AFE-NODE-003 {0}")]
@@ -41,6 +39,15 @@ pub enum NodeFailure {
     /// engine disagree.
     #[error("AFE-NODE-006 {0}")]
     Revision(String),
+    /// An ACP agent broke the protocol, or exited before it answered.
+    #[error("AFE-NODE-007 {0}")]
+    AcpProtocol(String),
+    /// An ACP agent's turn ran past the node's timeout.
+    #[error("AFE-NODE-008 {0}")]
+    AcpTimeout(String),
+    /// An ACP agent refused the prompt or answered a request with an error.
+    #[error("AFE-NODE-009 {0}")]
+    AcpRefused(String),
 }
 
 impl NodeFailure {
@@ -55,6 +62,9 @@ impl NodeFailure {
             NodeFailure::PromptValues { .. } => "AFE-NODE-004",
             NodeFailure::AgentBudget(_) => "AFE-NODE-005",
             NodeFailure::Revision(_) => "AFE-NODE-006",
+            NodeFailure::AcpProtocol(_) => "AFE-NODE-007",
+            NodeFailure::AcpTimeout(_) => "AFE-NODE-008",
+            NodeFailure::AcpRefused(_) => "AFE-NODE-009",
         }
     }
 
@@ -67,7 +77,7 @@ impl NodeFailure {
                 "the command's last lines say why; fix the code it checks, or the node's command, and start a new ticket"
             }
             NodeFailure::NotBuilt(_) => {
-                "run the flow's git, exec, agent and deep nodes with this afe, or wait for the release that brings acp nodes"
+                "run the ticket with the afe that wrote its revision, or upgrade this worker"
             }
             NodeFailure::InvalidAnswer(_) => {
                 "make the Schema easier to meet, or the prompt clearer about it, or the model a stronger one"
@@ -81,6 +91,15 @@ impl NodeFailure {
             NodeFailure::Revision(_) => {
                 "this is a bug in afe (a revision that validated should name everything it uses): report it"
             }
+            NodeFailure::AcpProtocol(_) => {
+                "run the agent's command in the sandbox image by hand to see it start; check that it speaks ACP on stdio (version 1) and has what it needs (its key in the node's env)"
+            }
+            NodeFailure::AcpTimeout(_) => {
+                "raise the node's acp.timeoutSeconds, or give the agent a smaller task"
+            }
+            NodeFailure::AcpRefused(_) => {
+                "read the agent's words in the error; give it what it asks for (a key, a login) through the node's env, or change the prompt"
+            }
         }
     }
 
@@ -90,13 +109,16 @@ impl NodeFailure {
     }
 
     /// Every code of its own, for docs/errors.md.
-    pub const CODES: [&'static str; 6] = [
+    pub const CODES: [&'static str; 9] = [
         "AFE-NODE-001",
         "AFE-NODE-002",
         "AFE-NODE-003",
         "AFE-NODE-004",
         "AFE-NODE-005",
         "AFE-NODE-006",
+        "AFE-NODE-007",
+        "AFE-NODE-008",
+        "AFE-NODE-009",
     ];
 }
 

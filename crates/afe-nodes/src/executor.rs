@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::error::NodeFailure;
 use crate::plan::{self, Kind};
-use crate::{agent, deep};
+use crate::{acp, agent, deep};
 use afe_model::ModelClient;
 
 /// How often a running node's sandbox says it is still worked on (a reaper's grace is minutes).
@@ -223,6 +223,15 @@ impl SandboxExecutor {
                     checkpoint: checkpoint(&workspace, call, last).await?,
                 })
             }
+            Kind::Acp(spec) => {
+                let env = plan::exec_env(&call.ticket.id, &call.node.id, call.attempt);
+                let output = acp::run(call, spec, self.sandbox.clone(), opened, &env).await?;
+                Ok(NodeResult {
+                    output,
+                    settlements: Vec::new(),
+                    checkpoint: checkpoint(&workspace, call, last).await?,
+                })
+            }
             Kind::Agent(_) => unreachable!("an agent node runs without a sandbox"),
             Kind::Push => {
                 let (url, _) = plan::repository_of(&call.ticket.input)?;
@@ -284,9 +293,8 @@ impl SandboxExecutor {
 #[async_trait]
 impl NodeExecutor for SandboxExecutor {
     async fn execute(&self, call: NodeCall) -> Result<NodeResult, NodeError> {
-        let kind = match plan::kind_of(&call.node) {
-            Ok(kind) => kind,
-            Err(name) => return Err(node_error(NodeFailure::NotBuilt(name))),
+        let Some(kind) = plan::kind_of(&call.node) else {
+            return Err(node_error(NodeFailure::NotBuilt(call.node.id.clone())));
         };
         // One model call needs no sandbox: it is made from the worker.
         if let Kind::Agent(agent) = &kind {

@@ -9,6 +9,7 @@
 //! - [`plan`]: the pure decisions (kind, sandbox, repository, an exec's variables and output).
 //! - [`executor`]: [`SandboxExecutor`], the worker's `NodeExecutor` over the Sandbox port.
 
+pub mod acp;
 pub mod agent;
 pub mod call;
 pub mod deep;

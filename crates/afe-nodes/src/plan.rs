@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use afe_config::kinds::{FlowNode, GitAction};
+use afe_config::kinds::{AcpAgent, FlowNode, GitAction};
 use afe_sandbox::{Bounded, SandboxError, SandboxSpec};
 use afe_worker::FrozenSandbox;
 use afe_workspace::WorkspaceError;
 use serde_json::{Value, json};
 
 /// What a node does, of the kinds this executor runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Kind {
     Clone,
     Push,
@@ -19,17 +19,20 @@ pub enum Kind {
     Agent(String),
     /// A tool loop of the named agent over the workspace.
     Deep(String),
+    /// An ACP agent in the sandbox.
+    Acp(AcpAgent),
 }
 
-/// The node's kind, or the name of one whose executor is not built yet (`acp`).
-pub fn kind_of(node: &FlowNode) -> Result<Kind, &'static str> {
-    match (&node.git, &node.exec, &node.agent, &node.deep) {
-        (Some(GitAction::Clone), ..) => Ok(Kind::Clone),
-        (Some(GitAction::Push), ..) => Ok(Kind::Push),
-        (None, Some(argv), ..) => Ok(Kind::Exec(argv.clone())),
-        (None, None, Some(agent), _) => Ok(Kind::Agent(agent.clone())),
-        (None, None, None, Some(agent)) => Ok(Kind::Deep(agent.clone())),
-        _ => Err("acp"),
+/// The node's kind; none when it has no kind this afe knows (a newer afe wrote the revision).
+pub fn kind_of(node: &FlowNode) -> Option<Kind> {
+    match (&node.git, &node.exec, &node.agent, &node.deep, &node.acp) {
+        (Some(GitAction::Clone), ..) => Some(Kind::Clone),
+        (Some(GitAction::Push), ..) => Some(Kind::Push),
+        (None, Some(argv), ..) => Some(Kind::Exec(argv.clone())),
+        (None, None, Some(agent), ..) => Some(Kind::Agent(agent.clone())),
+        (None, None, None, Some(agent), _) => Some(Kind::Deep(agent.clone())),
+        (None, None, None, None, Some(acp)) => Some(Kind::Acp(acp.clone())),
+        _ => None,
     }
 }
 
@@ -141,27 +144,35 @@ mod tests {
     fn kinds() {
         assert_eq!(
             kind_of(&node(json!({"id": "c", "git": "clone"}))),
-            Ok(Kind::Clone)
+            Some(Kind::Clone)
         );
         assert_eq!(
             kind_of(&node(json!({"id": "p", "git": "push"}))),
-            Ok(Kind::Push)
+            Some(Kind::Push)
         );
         assert_eq!(
             kind_of(&node(json!({"id": "t", "exec": ["make", "test"]}))),
-            Ok(Kind::Exec(vec!["make".into(), "test".into()]))
+            Some(Kind::Exec(vec!["make".into(), "test".into()]))
         );
         assert_eq!(
             kind_of(&node(json!({"id": "a", "agent": "x"}))),
-            Ok(Kind::Agent("x".into()))
+            Some(Kind::Agent("x".into()))
         );
         assert_eq!(
             kind_of(&node(json!({"id": "d", "deep": "y"}))),
-            Ok(Kind::Deep("y".into()))
+            Some(Kind::Deep("y".into()))
         );
         assert_eq!(
-            kind_of(&node(json!({"id": "r", "acp": {"command": ["a"]}}))),
-            Err("acp")
+            kind_of(&node(
+                json!({"id": "r", "acp": {"command": ["a"], "timeoutSeconds": 5}})
+            )),
+            Some(Kind::Acp(AcpAgent {
+                command: vec!["a".into()],
+                env: Vec::new(),
+                prompt: None,
+                permissions: Default::default(),
+                timeout_seconds: Some(5),
+            }))
         );
     }
 

@@ -10,7 +10,7 @@ pub mod sandbox_image;
 pub use git_server::GitServer;
 pub use model_server::{Answer, ModelServer, Reply};
 pub use real_model::RealModelServer;
-pub use sandbox_image::{sandbox_image, sandbox_objects, wait_for_process};
+pub use sandbox_image::{acp_sandbox_image, sandbox_image, sandbox_objects, wait_for_process};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

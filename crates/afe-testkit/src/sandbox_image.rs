@@ -6,6 +6,8 @@
 
 use std::sync::OnceLock;
 
+use sha2::Digest;
+
 /// The image's reference. Fails, saying what to do, when it cannot be had: these tests are never
 /// skipped.
 pub fn sandbox_image() -> String {
@@ -80,4 +82,74 @@ pub async fn wait_for_process(ticket: &str, needle: &str) {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// The sandbox image with the scripted ACP agent (`afe-acp-script`, this crate's binary) at
+/// `/usr/local/bin`, as a user's image would carry their agent. Made from [`sandbox_image`] on the
+/// daemon (a container created, the binary copied in, committed; nothing pulled) and tagged by
+/// the binary's digest. The binary is linked against the machine's glibc: the sandbox image is
+/// made from the same Debian release by debootstrap here.
+pub fn acp_sandbox_image() -> String {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE.get_or_init(build_acp_sandbox_image).clone()
+}
+
+fn build_acp_sandbox_image() -> String {
+    use std::process::Command;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let built = Command::new(cargo)
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "afe-testkit",
+            "--bin",
+            "afe-acp-script",
+            "--message-format=json",
+        ])
+        .output()
+        .expect("running cargo build");
+    assert!(
+        built.status.success(),
+        "building afe-acp-script: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let binary = String::from_utf8_lossy(&built.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find_map(|m| m["executable"].as_str().map(str::to_string))
+        .expect("cargo named the built afe-acp-script");
+    let bytes = std::fs::read(&binary).unwrap();
+    let digest: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let image = format!("afe-sandbox-acp:{digest}");
+    let docker = |args: &[&str]| {
+        let out = Command::new("docker").args(args).output().expect("docker");
+        assert!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    if Command::new("docker")
+        .args(["image", "inspect", &image])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return image;
+    }
+    let base = sandbox_image();
+    let container = docker(&["create", &base]);
+    docker(&[
+        "cp",
+        &binary,
+        &format!("{container}:/usr/local/bin/afe-acp-script"),
+    ]);
+    docker(&["commit", &container, &image]);
+    docker(&["rm", &container]);
+    image
 }

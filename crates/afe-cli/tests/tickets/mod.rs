@@ -208,3 +208,48 @@ pub fn the_whole_script() -> Vec<Reply> {
         )),
     ]
 }
+
+/// The events of type `kind` among `events`.
+pub fn kinds<'a>(events: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    events.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+/// `afe run --local --json` of `flow` in `dir` on `store`, with the git token and `env` in its
+/// environment: its exit status, the events it printed, and its log.
+pub fn run_flow(
+    dir: &Path,
+    input: &Path,
+    flow: &str,
+    store: &str,
+    env: &[(&str, &str)],
+) -> (Option<i32>, Vec<serde_json::Value>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_afe"))
+        .args([
+            "run", "--local", "--json", "--flow", flow, "--store", store, "-c",
+        ])
+        .arg(dir)
+        .arg("--input")
+        .arg(input)
+        .env("AFE_GIT_TOKEN", TOKEN)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (
+        out.status.code(),
+        events,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The Schema every ticket test's flow takes: a repository's URL.
+pub const REPO_REQUEST: &str = r#"apiVersion: afe.dev/v1alpha1
+kind: Schema
+metadata: {name: repo-request}
+spec:
+  fields:
+    repository: string
+"#;
