@@ -611,15 +611,12 @@ fn check_node(checker: &mut Checker<'_>, d: usize, at: &str, node: &FlowNode, co
             );
         }
         checker.env_names(d, &format!("{at}/acp/env"), &acp.env);
-        if acp.timeout_seconds == Some(0) {
-            checker.report(
-                d,
-                CfgCode::InvalidValue,
-                &format!("{at}/acp/timeoutSeconds"),
-                "a timeout of 0 seconds lets the agent do nothing".to_string(),
-                "write how many seconds its turn may take, or leave it out for an hour".to_string(),
-            );
-        }
+        check_timeout(
+            checker,
+            d,
+            &format!("{at}/acp/timeoutSeconds"),
+            acp.timeout_seconds,
+        );
     }
 }
 
@@ -719,6 +716,20 @@ fn check_plugin(checker: &mut Checker<'_>, plugin: &Object<PluginSpec>) {
             );
         }
         checker.env_names(d, "/spec/stdio/env", &stdio.env);
+    }
+    check_timeout(checker, d, "/spec/timeoutSeconds", spec.timeout_seconds);
+}
+
+/// A `timeoutSeconds` of 0 lets nothing run.
+fn check_timeout(checker: &mut Checker<'_>, document: usize, pointer: &str, seconds: Option<u64>) {
+    if seconds == Some(0) {
+        checker.report(
+            document,
+            CfgCode::InvalidValue,
+            pointer,
+            "a timeout of 0 seconds lets nothing run".to_string(),
+            "write how many seconds it may take, or leave it out for the default".to_string(),
+        );
     }
 }
 

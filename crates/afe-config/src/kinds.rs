@@ -324,7 +324,7 @@ impl AcpPermissions {
     shortname = "afeplugin",
     doc = "afe: tools from an MCP server over stdio or HTTP"
 )]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdio: Option<StdioPlugin>,
@@ -333,6 +333,10 @@ pub struct PluginSpec {
     /// The tools it offers; agents may name only these (empty: any tool it lists at run time).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<String>,
+    /// The longest one call of its tools may take, in seconds (default 60); then the call's
+    /// result is a timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
 }
 
 /// A plugin started as a process of the worker.

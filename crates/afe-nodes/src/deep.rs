@@ -10,6 +10,7 @@
 //! commands, run again; nothing is paid again), then goes on from the first turn not finished.
 
 use afe_config::BUILTIN_TOOLS;
+use afe_config::kinds::AgentSpec;
 use afe_model::{
     ChatRequest, ChatResponse, Message, ModelClient, Role, ToolCall, ToolChoice, ToolSpec,
 };
@@ -18,7 +19,9 @@ use afe_worker::NodeCall;
 use serde_json::{Value, json};
 
 use crate::agent::{agent_spec, check_agent_budget, model_of, system_prompt, turn_event};
+use crate::call::Model;
 use crate::error::NodeFailure;
+use crate::plugins::Plugins;
 
 /// The most of a file or a command's streams a tool result carries back to the model.
 pub const TOOL_OUTPUT: usize = 16 << 10;
@@ -177,10 +180,50 @@ pub async fn run(
     if call.attempt > 1 {
         model.settle_earlier_attempts(&call.wallet).await?;
     }
-    let tools = tool_specs(&spec.tools);
+    let plugins = Plugins::connect(
+        call.revision.get("plugins").unwrap_or(&Value::Null),
+        &spec.tools,
+        |name| std::env::var(name).ok(),
+    )
+    .await?;
+    let agent = Agent {
+        name,
+        spec: &spec,
+        model: &model,
+        plugins: &plugins,
+    };
+    let result = tool_loop(call, &agent, sandbox, opened, env).await;
+    plugins.close().await;
+    result
+}
+
+/// The node's agent as the loop uses it: its spec, its model, its plugins connected.
+struct Agent<'a> {
+    name: &'a str,
+    spec: &'a AgentSpec,
+    model: &'a Model<'a>,
+    plugins: &'a Plugins,
+}
+
+/// The loop itself.
+async fn tool_loop(
+    call: &NodeCall,
+    agent: &Agent<'_>,
+    sandbox: &dyn Sandbox,
+    opened: &Opened,
+    env: &[(String, String)],
+) -> Result<Value, NodeFailure> {
+    let Agent {
+        name,
+        spec,
+        model,
+        plugins,
+    } = *agent;
+    let mut tools = tool_specs(&spec.tools);
+    tools.extend(plugins.specs());
     let max_turns = spec.budget.as_ref().and_then(|b| b.turns);
     let mut messages = vec![
-        Message::text(Role::System, system_prompt(call, name, &spec)?),
+        Message::text(Role::System, system_prompt(call, name, spec)?),
         Message::text(
             Role::User,
             format!(
@@ -214,7 +257,7 @@ pub async fn run(
                 }
                 request.max_tokens = model.max_tokens;
                 request.temperature = model.temperature;
-                check_agent_budget(call, &spec, &model, &request).await?;
+                check_agent_budget(call, spec, model, &request).await?;
                 let (answer, settlement) = model.call(&call.wallet, &request).await?;
                 call.wallet
                     .save_turn(
@@ -250,15 +293,22 @@ pub async fn run(
             None => {
                 let mut results = Vec::with_capacity(answer.tool_calls.len());
                 for tool_call in &answer.tool_calls {
-                    results.push(run_tool(sandbox, opened, tool_call, env).await?);
+                    results.push(match plugins.tool(&tool_call.name) {
+                        Some(_) => plugins.call(&tool_call.name, &tool_call.arguments).await,
+                        None => run_tool(sandbox, opened, tool_call, env).await?,
+                    });
                 }
                 let calls: Vec<Value> = answer
                     .tool_calls
                     .iter()
                     .zip(&results)
-                    .map(
-                        |(c, r)| json!({"tool": c.name.replace('_', "."), "error": r.get("error")}),
-                    )
+                    .map(|(c, r)| {
+                        let tool = match plugins.tool(&c.name) {
+                            Some(p) => format!("{}.{}", p.plugin, p.tool),
+                            None => c.name.replace('_', "."),
+                        };
+                        json!({"tool": tool, "error": r.get("error")})
+                    })
                     .collect();
                 call.wallet
                     .save_turn(

@@ -48,6 +48,9 @@ pub enum NodeFailure {
     /// An ACP agent refused the prompt or answered a request with an error.
     #[error("AFE-NODE-009 {0}")]
     AcpRefused(String),
+    /// A plugin an agent uses could not be started, reached or listed.
+    #[error("AFE-NODE-010 {0}")]
+    Plugin(String),
 }
 
 impl NodeFailure {
@@ -65,6 +68,7 @@ impl NodeFailure {
             NodeFailure::AcpProtocol(_) => "AFE-NODE-007",
             NodeFailure::AcpTimeout(_) => "AFE-NODE-008",
             NodeFailure::AcpRefused(_) => "AFE-NODE-009",
+            NodeFailure::Plugin(_) => "AFE-NODE-010",
         }
     }
 
@@ -100,6 +104,9 @@ impl NodeFailure {
             NodeFailure::AcpRefused(_) => {
                 "read the agent's words in the error; give it what it asks for (a key, a login) through the node's env, or change the prompt"
             }
+            NodeFailure::Plugin(_) => {
+                "check the Plugin: its command on the worker's PATH (stdio) or its url reachable from the worker (http), the variables it names set in the worker's environment, and the tools the agent names among those it lists"
+            }
         }
     }
 
@@ -109,7 +116,7 @@ impl NodeFailure {
     }
 
     /// Every code of its own, for docs/errors.md.
-    pub const CODES: [&'static str; 9] = [
+    pub const CODES: [&'static str; 10] = [
         "AFE-NODE-001",
         "AFE-NODE-002",
         "AFE-NODE-003",
@@ -119,6 +126,7 @@ impl NodeFailure {
         "AFE-NODE-007",
         "AFE-NODE-008",
         "AFE-NODE-009",
+        "AFE-NODE-010",
     ];
 }
 

@@ -17,6 +17,7 @@ pub mod error;
 pub mod executor;
 pub mod money;
 pub mod plan;
+pub mod plugins;
 pub mod prompt;
 
 pub use error::NodeFailure;

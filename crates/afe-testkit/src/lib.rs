@@ -3,14 +3,18 @@
 //! whose server is missing fails and says how to start it — it is never skipped.
 
 pub mod git_server;
+pub mod mcp_server;
 pub mod model_server;
 pub mod real_model;
 pub mod sandbox_image;
 
 pub use git_server::GitServer;
+pub use mcp_server::McpHttpServer;
 pub use model_server::{Answer, ModelServer, Reply};
 pub use real_model::RealModelServer;
-pub use sandbox_image::{acp_sandbox_image, sandbox_image, sandbox_objects, wait_for_process};
+pub use sandbox_image::{
+    acp_sandbox_image, sandbox_image, sandbox_objects, testkit_binary, wait_for_process,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -94,31 +94,37 @@ pub fn acp_sandbox_image() -> String {
     IMAGE.get_or_init(build_acp_sandbox_image).clone()
 }
 
-fn build_acp_sandbox_image() -> String {
-    use std::process::Command;
+/// The path of this crate's binary `name` (`afe-acp-script`, `afe-mcp-script`), built first:
+/// the tests of other crates cannot name another package's binaries.
+pub fn testkit_binary(name: &str) -> std::path::PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let built = Command::new(cargo)
+    let built = std::process::Command::new(cargo)
         .args([
             "build",
             "-q",
             "-p",
             "afe-testkit",
             "--bin",
-            "afe-acp-script",
+            name,
             "--message-format=json",
         ])
         .output()
         .expect("running cargo build");
     assert!(
         built.status.success(),
-        "building afe-acp-script: {}",
+        "building {name}: {}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let binary = String::from_utf8_lossy(&built.stdout)
+    String::from_utf8_lossy(&built.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .find_map(|m| m["executable"].as_str().map(str::to_string))
-        .expect("cargo named the built afe-acp-script");
+        .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo named no executable for {name}"))
+}
+
+fn build_acp_sandbox_image() -> String {
+    use std::process::Command;
+    let binary = testkit_binary("afe-acp-script");
     let bytes = std::fs::read(&binary).unwrap();
     let digest: String = sha2::Sha256::digest(&bytes)
         .iter()
@@ -146,7 +152,7 @@ fn build_acp_sandbox_image() -> String {
     let container = docker(&["create", &base]);
     docker(&[
         "cp",
-        &binary,
+        &binary.display().to_string(),
         &format!("{container}:/usr/local/bin/afe-acp-script"),
     ]);
     docker(&["commit", &container, &image]);
