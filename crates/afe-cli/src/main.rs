@@ -17,6 +17,7 @@ mod progress;
 mod report;
 mod run;
 mod sandbox_args;
+mod telemetry;
 mod worker;
 
 use std::path::{Path, PathBuf};

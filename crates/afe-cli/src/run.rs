@@ -126,13 +126,6 @@ fn store_url(args: &RunArgs, config: &Config) -> Result<String, String> {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
-    // The worker's own log, for a person debugging (`AFE_LOG=debug`); quiet otherwise.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("AFE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
     let config = match afe_config::load_folder(&args.config) {
         Ok(config) => config,
         Err(invalid) => {
@@ -173,7 +166,20 @@ pub fn run(args: RunArgs) -> ExitCode {
     let Ok(runtime) = tokio::runtime::Runtime::new() else {
         return ExitCode::FAILURE;
     };
-    runtime.block_on(run_ticket(args, revision, input, url))
+    // The worker's own log, for a person debugging (`AFE_LOG=debug`), quiet otherwise; and the
+    // Runtime's tracer, when it names one.
+    let tracer = config
+        .runtime
+        .as_ref()
+        .and_then(|r| r.spec.tracer.as_ref())
+        .map(|t| &t.otlp);
+    let telemetry = match crate::telemetry::start("warn", tracer, runtime.handle()) {
+        Ok(telemetry) => telemetry,
+        Err(code) => return code,
+    };
+    let code = runtime.block_on(run_ticket(args, revision, input, url));
+    telemetry.shutdown();
+    code
 }
 
 fn cannot(what: &str, err: impl std::fmt::Display, help: &str) -> ExitCode {

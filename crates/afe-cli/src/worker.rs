@@ -56,6 +56,16 @@ pub struct WorkerArgs {
     /// The scripted executor's script (JSON; see afe_worker::scripted).
     #[arg(long)]
     script: Option<PathBuf>,
+    /// An OTLP/HTTP collector's base URL: the worker's spans (tickets, nodes, model and tool
+    /// calls) are exported there (`<URL>/v1/traces`).
+    #[arg(long, env = "AFE_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// The variable holding the collector's headers (`key=value,…`).
+    #[arg(long, env = "AFE_OTLP_HEADERS_ENV", requires = "otlp_endpoint")]
+    otlp_headers_env: Option<String>,
+    /// Put prompts and answers' text into model-call spans.
+    #[arg(long, env = "AFE_OTLP_CAPTURE_PROMPTS", requires = "otlp_endpoint")]
+    otlp_capture_prompts: bool,
     #[command(flatten)]
     sandbox: crate::sandbox_args::SandboxArgs,
 }
@@ -101,20 +111,28 @@ fn scripted_executor(args: &WorkerArgs) -> Result<Option<Arc<dyn NodeExecutor>>,
 }
 
 pub fn run(args: WorkerArgs) -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("AFE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+        return ExitCode::FAILURE;
+    };
+    let tracer = args
+        .otlp_endpoint
+        .as_ref()
+        .map(|endpoint| afe_config::runtime::OtlpRuntime {
+            endpoint: endpoint.clone(),
+            headers_env: args.otlp_headers_env.clone(),
+            capture_prompts: args.otlp_capture_prompts,
+        });
+    let telemetry = match crate::telemetry::start("info", tracer.as_ref(), runtime.handle()) {
+        Ok(telemetry) => telemetry,
+        Err(code) => return code,
+    };
     let scripted = match scripted_executor(&args) {
         Ok(scripted) => scripted,
         Err(code) => return code,
     };
-    let Ok(runtime) = tokio::runtime::Runtime::new() else {
-        return ExitCode::FAILURE;
-    };
-    runtime.block_on(serve(args, scripted))
+    let code = runtime.block_on(serve(args, scripted));
+    telemetry.shutdown();
+    code
 }
 
 async fn serve(args: WorkerArgs, scripted: Option<Arc<dyn NodeExecutor>>) -> ExitCode {

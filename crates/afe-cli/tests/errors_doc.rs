@@ -1,5 +1,5 @@
 //! docs/errors.md documents exactly the codes of the store, the queue, the sandbox, the workspace,
-//! the nodes and `afe run` (the config's are checked by afe-config's own test).
+//! the nodes, model calls, telemetry and `afe run` (the config's are checked by afe-config's own test).
 
 fn documented(prefixes: &[&str]) -> Vec<String> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/errors.md");
@@ -21,6 +21,7 @@ fn errors_md_documents_exactly_the_store_queue_sandbox_workspace_and_node_codes(
         .chain(afe_workspace::WorkspaceError::CODES.iter())
         .chain(afe_nodes::NodeFailure::CODES.iter())
         .chain(afe_model::ModelError::CODES.iter())
+        .chain(afe_telemetry::TelemetryError::CODES.iter())
         .map(|c| c.to_string())
         .collect();
     assert_eq!(
@@ -30,7 +31,8 @@ fn errors_md_documents_exactly_the_store_queue_sandbox_workspace_and_node_codes(
             "AFE-SBX-",
             "AFE-GIT-",
             "AFE-NODE-",
-            "AFE-MOD-"
+            "AFE-MOD-",
+            "AFE-TEL-"
         ]),
         existing
     );

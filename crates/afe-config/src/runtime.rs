@@ -76,9 +76,14 @@ pub struct TracerRuntime {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct OtlpRuntime {
+    /// The collector's base URL; spans are posted to `<endpoint>/v1/traces`.
     pub endpoint: String,
+    /// The variable holding the headers (`key=value,…`, as `OTEL_EXPORTER_OTLP_HEADERS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers_env: Option<String>,
+    /// Put the prompts and the answers' text into model-call spans (off: tokens and cost only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capture_prompts: bool,
 }
 
 /// Exactly one of the two.

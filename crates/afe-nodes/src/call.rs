@@ -6,15 +6,27 @@
 //! counted, when it cannot say yet); a call the provider cannot have charged for is settled at
 //! nothing. A node resumed after a crash first settles its earlier attempts' calls the same way.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use afe_config::kinds::{Model as ModelConfig, Price, StructuredOutput};
 use afe_model::{
     ChatRequest, ChatResponse, Endpoint, ModelClient, ModelError, SchemaFormat, Usage,
 };
 use afe_store::{LedgerState, Settlement};
 use afe_worker::Wallet;
+use tracing::Instrument;
 
 use crate::error::NodeFailure;
 use crate::money;
+
+/// Whether model-call spans carry the prompt and the answer's text: off unless the Runtime's
+/// tracer asks (`capturePrompts`). Process-wide, as the tracer is.
+static CAPTURE_PROMPTS: AtomicBool = AtomicBool::new(false);
+
+/// Puts the prompt and the answer's text into model-call spans from now on.
+pub fn capture_prompts(on: bool) {
+    CAPTURE_PROMPTS.store(on, Ordering::Relaxed);
+}
 
 /// A model as a node calls it.
 #[derive(Clone, Debug)]
@@ -77,8 +89,58 @@ impl Model<'_> {
         money::settlement(reservation, reserved, self.price.as_ref(), usage)
     }
 
-    /// One call: the answer, and the settlement to commit with the turn that keeps it.
+    /// One call: the answer, and the settlement to commit with the turn that keeps it. The call
+    /// is a span (`afe.model_call`, GenAI attributes: the model, tokens, cost, the generation);
+    /// the prompt and the answer's text are in it only when [`capture_prompts`] was asked for.
     pub async fn call(
+        &self,
+        wallet: &Wallet,
+        request: &ChatRequest,
+    ) -> Result<(ChatResponse, Settlement), NodeFailure> {
+        let span = tracing::info_span!(
+            target: "afe",
+            "afe.model_call",
+            gen_ai.system = %self.endpoint.provider,
+            gen_ai.request.model = %self.name,
+            gen_ai.response.id = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            afe.cost_usd_micros = tracing::field::Empty,
+            afe.error = tracing::field::Empty,
+            gen_ai.prompt = tracing::field::Empty,
+            gen_ai.completion = tracing::field::Empty,
+        );
+        if CAPTURE_PROMPTS.load(Ordering::Relaxed) {
+            span.record("gen_ai.prompt", request.body()["messages"].to_string());
+        }
+        let result = self
+            .paid_call(wallet, request)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok((answer, settlement)) => {
+                if let Some(generation) = &answer.generation {
+                    span.record("gen_ai.response.id", generation.as_str());
+                }
+                if let Some(reason) = &answer.finish_reason {
+                    span.record("gen_ai.response.finish_reasons", reason.as_str());
+                }
+                span.record("gen_ai.usage.input_tokens", settlement.tokens_in);
+                span.record("gen_ai.usage.output_tokens", settlement.tokens_out);
+                span.record("afe.cost_usd_micros", settlement.usd_micros);
+                if CAPTURE_PROMPTS.load(Ordering::Relaxed) {
+                    span.record("gen_ai.completion", answer.content.as_str());
+                }
+            }
+            Err(err) => {
+                span.record("afe.error", err.code());
+            }
+        }
+        result
+    }
+
+    async fn paid_call(
         &self,
         wallet: &Wallet,
         request: &ChatRequest,

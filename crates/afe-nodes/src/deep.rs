@@ -17,6 +17,7 @@ use afe_model::{
 use afe_sandbox::{ExecRequest, Opened, Payload, Sandbox};
 use afe_worker::NodeCall;
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::agent::{agent_spec, check_agent_budget, model_of, system_prompt, turn_event};
 use crate::call::Model;
@@ -156,6 +157,14 @@ fn has_effects(call: &ToolCall) -> bool {
     matches!(call.name.as_str(), "ws_write" | "ws_exec" | "ws_test")
 }
 
+/// A tool's name as the config writes it (`ws.read`, `PLUGIN.TOOL`), from its wire name.
+fn tool_name(plugins: &Plugins, wire: &str) -> String {
+    match plugins.tool(wire) {
+        Some(p) => format!("{}.{}", p.plugin, p.tool),
+        None => wire.replace('_', "."),
+    }
+}
+
 /// The assistant message an answer is in the conversation.
 fn assistant(answer: &ChatResponse) -> Message {
     Message {
@@ -293,22 +302,36 @@ async fn tool_loop(
             None => {
                 let mut results = Vec::with_capacity(answer.tool_calls.len());
                 for tool_call in &answer.tool_calls {
-                    results.push(match plugins.tool(&tool_call.name) {
-                        Some(_) => plugins.call(&tool_call.name, &tool_call.arguments).await,
-                        None => run_tool(sandbox, opened, tool_call, env).await?,
-                    });
+                    let span = tracing::info_span!(
+                        target: "afe",
+                        "afe.tool_call",
+                        afe.tool = %tool_name(plugins, &tool_call.name),
+                        afe.turn = turn,
+                        afe.error = tracing::field::Empty,
+                    );
+                    let result = match plugins.tool(&tool_call.name) {
+                        Some(_) => {
+                            plugins
+                                .call(&tool_call.name, &tool_call.arguments)
+                                .instrument(span.clone())
+                                .await
+                        }
+                        None => {
+                            run_tool(sandbox, opened, tool_call, env)
+                                .instrument(span.clone())
+                                .await?
+                        }
+                    };
+                    if let Some(error) = result.get("error").and_then(Value::as_str) {
+                        span.record("afe.error", error);
+                    }
+                    results.push(result);
                 }
                 let calls: Vec<Value> = answer
                     .tool_calls
                     .iter()
                     .zip(&results)
-                    .map(|(c, r)| {
-                        let tool = match plugins.tool(&c.name) {
-                            Some(p) => format!("{}.{}", p.plugin, p.tool),
-                            None => c.name.replace('_', "."),
-                        };
-                        json!({"tool": tool, "error": r.get("error")})
-                    })
+                    .map(|(c, r)| json!({"tool": tool_name(plugins, &c.name), "error": r.get("error")}))
                     .collect();
                 call.wallet
                     .save_turn(

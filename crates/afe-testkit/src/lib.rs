@@ -5,12 +5,14 @@
 pub mod git_server;
 pub mod mcp_server;
 pub mod model_server;
+pub mod otlp_receiver;
 pub mod real_model;
 pub mod sandbox_image;
 
 pub use git_server::GitServer;
 pub use mcp_server::McpHttpServer;
 pub use model_server::{Answer, ModelServer, Reply};
+pub use otlp_receiver::OtlpReceiver;
 pub use real_model::RealModelServer;
 pub use sandbox_image::{
     acp_sandbox_image, sandbox_image, sandbox_objects, testkit_binary, wait_for_process,
@@ -363,4 +365,36 @@ impl Drop for PrivateRedis {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Serves HTTP/1 on `listener` until the task is aborted, each request handed to `handle`: the
+/// test servers' (MCP over HTTP, the OTLP receiver) one loop.
+pub fn serve_http<F, Fut, B>(
+    listener: tokio::net::TcpListener,
+    handle: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let serve = hyper::service::service_fn(move |request| {
+                    let answer = handle(request);
+                    async move { Ok::<_, std::convert::Infallible>(answer.await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), serve)
+                    .await;
+            });
+        }
+    })
 }

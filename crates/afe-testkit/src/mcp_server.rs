@@ -116,43 +116,30 @@ impl McpHttpServer {
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
+        let task = crate::serve_http(
+            listener,
+            move |request: hyper::Request<hyper::body::Incoming>| {
                 let service = service.clone();
-                tokio::spawn(async move {
-                    let serve = hyper::service::service_fn(
-                        move |request: hyper::Request<hyper::body::Incoming>| {
-                            let service = service.clone();
-                            async move {
-                                let allowed = request
-                                    .headers()
-                                    .get(header)
-                                    .is_some_and(|v| v.as_bytes() == value.as_bytes());
-                                if !allowed {
-                                    let refused = hyper::Response::builder()
-                                        .status(401)
-                                        .body(http_body_util::combinators::BoxBody::new(
-                                            http_body_util::Full::new(bytes::Bytes::from_static(
-                                                b"missing the header",
-                                            ))
-                                            .map_err(|never| match never {}),
-                                        ))
-                                        .unwrap();
-                                    return Ok::<_, std::convert::Infallible>(refused);
-                                }
-                                Ok(service.handle(request).await)
-                            }
-                        },
-                    );
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), serve)
-                        .await;
-                });
-            }
-        });
+                async move {
+                    let allowed = request
+                        .headers()
+                        .get(header)
+                        .is_some_and(|v| v.as_bytes() == value.as_bytes());
+                    if !allowed {
+                        return hyper::Response::builder()
+                            .status(401)
+                            .body(http_body_util::combinators::BoxBody::new(
+                                http_body_util::Full::new(bytes::Bytes::from_static(
+                                    b"missing the header",
+                                ))
+                                .map_err(|never| match never {}),
+                            ))
+                            .unwrap();
+                    }
+                    service.handle(request).await
+                }
+            },
+        );
         McpHttpServer {
             address,
             server,

@@ -12,6 +12,7 @@ use afe_queue::{Delivery, Notifier, Queue};
 use afe_store::{Completion, Event, Finish, Lease, NodeRun, NodeState, Store, StoreError};
 use serde_json::{Value, json};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::executor::{Journal, NodeCall, NodeError, NodeExecutor, Wallet};
 use crate::flow::{FrozenFlow, context, should_run};
@@ -254,7 +255,18 @@ impl Worker {
             self.settings.lease_ttl,
             lost_tx,
         ));
-        let outcome = self.run_ticket(&lease, lost_rx, shutdown).await;
+        // The ticket's span: the parent of its nodes' in a trace (afe-telemetry exports them).
+        let span = tracing::info_span!(
+            target: "afe",
+            "afe.ticket",
+            afe.ticket = %lease.ticket,
+            afe.lease_epoch = lease.epoch,
+            afe.flow = tracing::field::Empty,
+        );
+        let outcome = self
+            .run_ticket(&lease, lost_rx, shutdown)
+            .instrument(span)
+            .await;
         heartbeat.abort();
         tracing::info!(%ticket, outcome = ?outcome, "left");
         match outcome {
@@ -328,6 +340,7 @@ impl Worker {
             Ok(document) => document,
             Err(err) => return err.into(),
         };
+        tracing::Span::current().record("afe.flow", ticket.flow.as_str());
         let flow = match FrozenFlow::from_revision(&document, &ticket.flow) {
             Ok(flow) => Arc::new(flow),
             Err(why) => return self.fail(lease, format!("RevisionUnreadable: {why}")).await,
@@ -413,8 +426,19 @@ impl Worker {
                     lease: lease.clone(),
                 },
             };
+            let span = tracing::info_span!(
+                target: "afe",
+                "afe.node",
+                afe.node = %node.id,
+                afe.attempt = run.attempts,
+                afe.outcome = tracing::field::Empty,
+            );
+            let executed = self.executor.execute(call).instrument(span.clone());
             let result = tokio::select! {
-                result = self.executor.execute(call) => result,
+                result = executed => {
+                    span.record("afe.outcome", if result.is_ok() { "completed" } else { "failed" });
+                    result
+                }
                 _ = lost(lost_rx.clone()) => return Outcome::LeaseLost,
                 _ = grace_over(shutdown.clone(), self.settings.grace) => return Outcome::Release,
             };
