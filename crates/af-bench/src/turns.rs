@@ -193,5 +193,6 @@ pub async fn run(options: Options) -> Result<()> {
     if let Some(database) = database {
         database.remove().await;
     }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
