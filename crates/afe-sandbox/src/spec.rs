@@ -46,12 +46,15 @@ impl SandboxSpec {
         let mut egress: Vec<String> = self.egress.iter().map(ToString::to_string).collect();
         egress.sort();
         egress.dedup();
+        // Keys written in sorted order: the text is the same whether JSON maps sort their keys
+        // or keep their insertion order (serde_json's `preserve_order`, which a dependency of
+        // the workspace turns on).
         let canonical = serde_json::json!({
-            "image": self.image,
             "cpus": self.cpus,
-            "memory_bytes": self.memory_bytes,
-            "env": self.env.keys().collect::<Vec<_>>(),
             "egress": egress,
+            "env": self.env.keys().collect::<Vec<_>>(),
+            "image": self.image,
+            "memory_bytes": self.memory_bytes,
         })
         .to_string();
         let digest = Sha256::digest(canonical.as_bytes());

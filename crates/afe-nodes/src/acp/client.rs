@@ -68,7 +68,7 @@ fn window(text: &str, line: Option<u32>, limit: Option<u32>) -> String {
 }
 
 /// Keeps the newest `limit` bytes of `output`, cut at a character boundary; whether it cut.
-fn keep_newest(output: &mut String, limit: usize) -> bool {
+pub fn keep_newest(output: &mut String, limit: usize) -> bool {
     if output.len() <= limit {
         return false;
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use afe_config::kinds::AcpAgent;
-use afe_sandbox::{Attached, Bounded, ExecRequest, Opened, OutputChunk, Sandbox, SandboxError};
+use afe_sandbox::{Attached, ExecRequest, Opened, OutputChunk, Sandbox, SandboxError};
 use afe_store::StoreError;
 use afe_worker::NodeCall;
 use agent_client_protocol_schema::v1 as acp;
@@ -64,7 +64,8 @@ struct Session<'a> {
     status: Option<tokio::sync::oneshot::Receiver<Result<i64, SandboxError>>>,
     kill: Option<tokio::sync::oneshot::Sender<()>>,
     lines: Lines,
-    stderr: Bounded,
+    /// The newest of the agent's stderr: what it said last is what explains a crash.
+    stderr: String,
     client: Arc<ClientSide>,
     answers_tx: mpsc::Sender<(Value, Result<Value, RpcError>, Value)>,
     answers_rx: mpsc::Receiver<(Value, Result<Value, RpcError>, Value)>,
@@ -110,8 +111,7 @@ impl Session<'_> {
         {
             detail.push_str(&format!(" (it exited with status {code})"));
         }
-        let stderr = self.stderr.text();
-        let stderr = stderr.trim();
+        let stderr = self.stderr.trim();
         if !stderr.is_empty() {
             detail.push_str(&format!("; its stderr ended: {stderr}"));
         }
@@ -256,7 +256,8 @@ impl Session<'_> {
                     let Some(chunk) = chunk else { return Ok(Ended::Gone) };
                     let bytes = match chunk {
                         OutputChunk::Stderr(bytes) => {
-                            self.stderr.push(&bytes, STDERR_KEPT);
+                            self.stderr.push_str(&String::from_utf8_lossy(&bytes));
+                            client::keep_newest(&mut self.stderr, STDERR_KEPT);
                             continue;
                         }
                         OutputChunk::Stdout(bytes) => bytes,
@@ -411,7 +412,7 @@ pub async fn run(
         status: Some(status),
         kill: Some(kill),
         lines: Lines::default(),
-        stderr: Bounded::default(),
+        stderr: String::new(),
         client,
         answers_tx,
         answers_rx,
@@ -491,10 +492,7 @@ async fn answered(
 ) -> Result<Value, NodeFailure> {
     match session.call_agent(method, params).await? {
         Ended::Answer(Ok(result)) => Ok(result),
-        Ended::Answer(Err(error)) if session.cancelled.is_some() => {
-            let _ = error;
-            Err(session.failure_of_cancel())
-        }
+        Ended::Answer(Err(_)) if session.cancelled.is_some() => Err(session.failure_of_cancel()),
         Ended::Answer(Err(error)) => Err(NodeFailure::AcpRefused(format!(
             "the ACP agent {} answered {method} with error {}: {}",
             session.command, error.code, error.message
