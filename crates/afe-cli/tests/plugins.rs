@@ -27,7 +27,15 @@ kind: Plugin
 metadata: {{name: scripted}}
 spec:
   stdio: {{command: [{script:?}], env: [PLUGIN_TOKEN]}}
-  tools: [echo, env, loud, slow, broken]
+  tools: [echo, env, loud, broken]
+---
+apiVersion: afe.dev/v1alpha1
+kind: Plugin
+metadata: {{name: slowpoke}}
+spec:
+  # Only a tool that never answers is under a short bound: no call that does answer races it.
+  stdio: {{command: [{script:?}]}}
+  tools: [slow]
   timeoutSeconds: 1
 ---
 apiVersion: afe.dev/v1alpha1
@@ -42,7 +50,7 @@ metadata: {{name: helper}}
 spec:
   model: {{provider: scripted, name: test/model, baseUrl: "{base}", apiKeyEnv: SCRIPTED_KEY, price: {{input: 1.0, output: 2.0}}}}
   prompt: "Use the tools."
-  tools: [ws.read, scripted, remote.echo]
+  tools: [ws.read, scripted, slowpoke, remote.echo]
   budget: {{turns: 5}}
 ---
 apiVersion: afe.dev/v1alpha1
@@ -107,7 +115,7 @@ async fn an_agent_calls_its_plugins_tools_through_the_worker_bounded_in_time_and
             ],
             0.001,
         )),
-        Reply::Answer(Answer::tools(&[("scripted__slow", json!({}))], 0.001)),
+        Reply::Answer(Answer::tools(&[("slowpoke__slow", json!({}))], 0.001)),
         Reply::Answer(Answer::text("done", 0.001)),
     ])
     .await;
@@ -117,7 +125,7 @@ async fn an_agent_calls_its_plugins_tools_through_the_worker_bounded_in_time_and
     assert_eq!(status, Some(0), "{events:#?}\n{log}");
 
     // Offered: the workspace tool, then the plugins' by plugin name: only `echo` of `remote`,
-    // every tool of `scripted`.
+    // the tools `scripted` and `slowpoke` allow.
     let offered: Vec<String> = {
         let seen = model.seen.lock().unwrap();
         seen.requests[0]["tools"]
@@ -135,8 +143,8 @@ async fn an_agent_calls_its_plugins_tools_through_the_worker_bounded_in_time_and
             "scripted__echo",
             "scripted__env",
             "scripted__loud",
-            "scripted__slow",
             "scripted__broken",
+            "slowpoke__slow",
         ]
     );
 
@@ -164,7 +172,7 @@ async fn an_agent_calls_its_plugins_tools_through_the_worker_bounded_in_time_and
         .unwrap()
         .to_string();
     assert!(
-        timed_out.contains("scripted.slow did not answer within 1 s"),
+        timed_out.contains("slowpoke.slow did not answer within 1 s"),
         "{timed_out}"
     );
 
