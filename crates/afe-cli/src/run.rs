@@ -173,10 +173,11 @@ pub fn run(args: RunArgs) -> ExitCode {
         .as_ref()
         .and_then(|r| r.spec.tracer.as_ref())
         .map(|t| &t.otlp);
-    let telemetry = match crate::telemetry::start("warn", tracer, runtime.handle()) {
-        Ok(telemetry) => telemetry,
-        Err(code) => return code,
-    };
+    let telemetry =
+        match crate::telemetry::start("warn", tracer, runtime.handle(), crate::EXIT_FAILED) {
+            Ok(telemetry) => telemetry,
+            Err(code) => return code,
+        };
     let code = runtime.block_on(run_ticket(args, revision, input, url));
     telemetry.shutdown();
     code

@@ -7,15 +7,17 @@ use afe_config::runtime::OtlpRuntime;
 use afe_telemetry::Telemetry;
 
 /// Starts the log (default filter `default_filter`) and, with `tracer`, the export; a tracer that
-/// cannot start is an error with its code, before any ticket runs.
+/// cannot start is an error with its code, before any ticket runs, and the process exits with
+/// `status`.
 pub fn start(
     default_filter: &str,
     tracer: Option<&OtlpRuntime>,
     runtime: &tokio::runtime::Handle,
+    status: u8,
 ) -> Result<Telemetry, ExitCode> {
     let refuse = |err: afe_telemetry::TelemetryError| {
         eprintln!("afe: {err}\n  help: {}", err.help());
-        ExitCode::from(crate::EXIT_FAILED)
+        ExitCode::from(status)
     };
     let otlp = match tracer {
         Some(tracer) => {

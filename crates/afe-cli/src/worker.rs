@@ -122,10 +122,12 @@ pub fn run(args: WorkerArgs) -> ExitCode {
             headers_env: args.otlp_headers_env.clone(),
             capture_prompts: args.otlp_capture_prompts,
         });
-    let telemetry = match crate::telemetry::start("info", tracer.as_ref(), runtime.handle()) {
-        Ok(telemetry) => telemetry,
-        Err(code) => return code,
-    };
+    let telemetry =
+        match crate::telemetry::start("info", tracer.as_ref(), runtime.handle(), EXIT_CANNOT_START)
+        {
+            Ok(telemetry) => telemetry,
+            Err(code) => return code,
+        };
     let scripted = match scripted_executor(&args) {
         Ok(scripted) => scripted,
         Err(code) => return code,

@@ -167,3 +167,36 @@ fn the_demo_config_is_valid() {
     let out = afe(&["validate", "-c", "examples/afe/demo"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// A tracer that cannot start stops the worker before it takes a ticket: status 4, the code, and
+/// never the headers' value.
+#[test]
+fn a_worker_whose_tracer_cannot_start_exits_4_with_the_code() {
+    let missing = afe(&[
+        "worker",
+        "--store",
+        "sqlite::memory:",
+        "--otlp-endpoint",
+        "http://127.0.0.1:9",
+        "--otlp-headers-env",
+        "AFE_TEST_NO_SUCH_HEADERS",
+    ]);
+    assert_eq!(missing.status.code(), Some(4));
+    assert!(
+        text(&missing.stderr).contains("AFE-TEL-001"),
+        "{}",
+        text(&missing.stderr)
+    );
+
+    let malformed = Command::new(env!("CARGO_BIN_EXE_afe"))
+        .args(["worker", "--store", "sqlite::memory:"])
+        .args(["--otlp-endpoint", "http://127.0.0.1:9"])
+        .args(["--otlp-headers-env", "AFE_TEST_HEADERS"])
+        .env("AFE_TEST_HEADERS", "secret-without-equals")
+        .output()
+        .unwrap();
+    assert_eq!(malformed.status.code(), Some(4));
+    let said = text(&malformed.stderr);
+    assert!(said.contains("AFE-TEL-002"), "{said}");
+    assert!(!said.contains("secret-without-equals"), "{said}");
+}
