@@ -2,7 +2,7 @@
 //! (`llama-cpp-python[server]`) serving SmolLM2-135M-Instruct on the CPU, both installed by
 //! `scripts/install-model-server` (`.ci/install` runs it; the folder is `AFE_MODEL_SERVER_DIR`,
 //! default `/var/lib/afe-model`). A test that needs it and does not find it installs it — never a
-//! skip — which takes about ten minutes.
+//! skip — which takes four to eight minutes.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
