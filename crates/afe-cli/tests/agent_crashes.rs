@@ -86,26 +86,38 @@ impl Scene {
             .join("\n---\n")
     }
 
-    /// Asks until `done` holds of the ticket's events (the deadline only ends a test that would
-    /// never get there).
-    async fn until(&self, what: &str, done: impl Fn(&[afe_store::Event]) -> bool) {
+    /// Asks until `holds` is true (the deadline only ends a test that would never get there).
+    async fn eventually(&self, what: &str, mut holds: impl AsyncFnMut() -> bool) {
         let deadline = std::time::Instant::now() + Duration::from_secs(300);
-        loop {
-            let events = self.store.events(&self.ticket, 0, 10_000).await.unwrap();
-            if done(&events) {
-                return;
-            }
+        while !holds().await {
             assert!(
                 std::time::Instant::now() < deadline,
-                "never: {what}\n{events:#?}\n{}",
+                "never: {what}\n{}",
                 self.logs()
             );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
-    /// Kills the first worker where the test chose, starts a second, and waits for the end.
-    async fn take_over(&self, mut first: Child) -> afe_store::Ticket {
+    /// Asks until `done` holds of the ticket's events.
+    async fn until(&self, what: &str, done: impl Fn(&[afe_store::Event]) -> bool) {
+        self.eventually(what, async || {
+            done(&self.store.events(&self.ticket, 0, 10_000).await.unwrap())
+        })
+        .await;
+    }
+
+    /// Asks until the scripted server has been sent `calls` calls.
+    async fn until_calls(&self, calls: usize) {
+        self.eventually(&format!("{calls} calls sent"), async || {
+            self.server.calls() >= calls
+        })
+        .await;
+    }
+
+    /// Kills the first worker where the test chose, starts a second, and waits for the ticket to
+    /// end done.
+    async fn take_over(&self, mut first: Child) {
         first.kill().unwrap();
         first.wait().unwrap();
         let mut second = self.worker("second");
@@ -122,7 +134,14 @@ impl Scene {
             .args(["-TERM", &second.id().to_string()])
             .status();
         let _ = second.wait();
-        self.store.ticket(&self.ticket).await.unwrap()
+        let ended = self.store.ticket(&self.ticket).await.unwrap();
+        assert_eq!(
+            ended.state,
+            TicketState::Done,
+            "{:?}\n{}",
+            ended.reason,
+            self.logs()
+        );
     }
 
     /// No answered call paid twice, and the ledger what the server reported, cut calls included.
@@ -175,23 +194,13 @@ async fn a_worker_killed_between_sending_a_call_and_settling_it() {
     // The call was sent and its generation kept with its reservation: the moment to cut.
     let store = &scene.store;
     let ticket = scene.ticket.clone();
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    loop {
-        let ledger = store.ledger(&ticket).await.unwrap();
-        if ledger.iter().any(|e| e.generation.is_some()) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{}", scene.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ended = scene.take_over(first).await;
-    assert_eq!(
-        ended.state,
-        TicketState::Done,
-        "{:?}\n{}",
-        ended.reason,
-        scene.logs()
-    );
+    scene
+        .eventually("a reservation with its generation", async || {
+            let ledger = store.ledger(&ticket).await.unwrap();
+            ledger.iter().any(|e| e.generation.is_some())
+        })
+        .await;
+    scene.take_over(first).await;
     assert_eq!(attempts(store, &ticket).await["plan"], 2);
     assert_eq!(scene.server.answered(), 5, "each answered call once");
     assert_eq!(scene.server.calls(), 6, "the cut call and the five");
@@ -222,19 +231,8 @@ async fn a_worker_killed_after_some_turns_of_a_deep_node() {
         )
         .await;
     // And its third call sent.
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    while scene.server.calls() < 4 {
-        assert!(std::time::Instant::now() < deadline, "{}", scene.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ended = scene.take_over(first).await;
-    assert_eq!(
-        ended.state,
-        TicketState::Done,
-        "{:?}\n{}",
-        ended.reason,
-        scene.logs()
-    );
+    scene.until_calls(4).await;
+    scene.take_over(first).await;
     let attempts = attempts(&scene.store, &scene.ticket).await;
     assert_eq!((attempts["plan"], attempts["fix"]), (1, 2));
     assert_eq!(scene.server.answered(), 5);
@@ -269,19 +267,8 @@ async fn a_worker_killed_after_a_node_completed() {
         })
         .await;
     // The held reply is the first worker's: the kill waits until its call has taken it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    while scene.server.calls() < 2 {
-        assert!(std::time::Instant::now() < deadline, "{}", scene.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ended = scene.take_over(first).await;
-    assert_eq!(
-        ended.state,
-        TicketState::Done,
-        "{:?}\n{}",
-        ended.reason,
-        scene.logs()
-    );
+    scene.until_calls(2).await;
+    scene.take_over(first).await;
     assert_eq!(attempts(&scene.store, &scene.ticket).await["plan"], 1);
     let plans = scene
         .server

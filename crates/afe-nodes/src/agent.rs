@@ -59,7 +59,7 @@ pub fn system_prompt(call: &NodeCall, name: &str, spec: &AgentSpec) -> Result<St
 }
 
 /// The `model.turn` event of an answer: what it cost and asked for, never its text.
-pub fn turn_event(node: &str, turn: i64, answer: &ChatResponse, settlement: &Settlement) -> Value {
+fn turn_event(node: &str, turn: i64, answer: &ChatResponse, settlement: &Settlement) -> Value {
     json!({
         "node": node,
         "turn": turn,
@@ -72,9 +72,36 @@ pub fn turn_event(node: &str, turn: i64, answer: &ChatResponse, settlement: &Set
     })
 }
 
+/// Turn `turn` of a node, paid: the model's settings on `request`, the agent's budget checked,
+/// the call made, and its answer journaled with its settlement and its `model.turn` event.
+pub async fn paid_turn(
+    call: &NodeCall,
+    spec: &AgentSpec,
+    model: &Model<'_>,
+    turn: i64,
+    mut request: ChatRequest,
+) -> Result<ChatResponse, NodeFailure> {
+    request.max_tokens = model.max_tokens;
+    request.temperature = model.temperature;
+    check_agent_budget(call, spec, model, &request).await?;
+    let (answer, settlement) = model.call(&call.wallet, &request).await?;
+    call.wallet
+        .save_turn(
+            turn,
+            &json!({"answer": answer}),
+            std::slice::from_ref(&settlement),
+            (
+                "model.turn",
+                turn_event(&call.node.id, turn, &answer, &settlement),
+            ),
+        )
+        .await?;
+    Ok(answer)
+}
+
 /// Stops before a call that could take this node past its agent's `budget.usd`: what the node
 /// spent or holds so far, plus what the call would reserve.
-pub async fn check_agent_budget(
+async fn check_agent_budget(
     call: &NodeCall,
     spec: &AgentSpec,
     model: &Model<'_>,
@@ -174,22 +201,7 @@ pub async fn run(
                 let mut request = ChatRequest::new(&model.name, messages.clone());
                 request.response_schema = output_schema.clone();
                 request.schema_format = model.schema_format;
-                request.max_tokens = model.max_tokens;
-                request.temperature = model.temperature;
-                check_agent_budget(call, &spec, &model, &request).await?;
-                let (answer, settlement) = model.call(&call.wallet, &request).await?;
-                call.wallet
-                    .save_turn(
-                        turn,
-                        &json!({"answer": answer}),
-                        std::slice::from_ref(&settlement),
-                        (
-                            "model.turn",
-                            turn_event(&call.node.id, turn, &answer, &settlement),
-                        ),
-                    )
-                    .await?;
-                answer
+                paid_turn(call, &spec, &model, turn, request).await?
             }
         };
         match checked(&answer.content, output_schema.as_ref().map(|(_, s)| s)) {

@@ -19,7 +19,7 @@ use afe_worker::NodeCall;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::agent::{agent_spec, check_agent_budget, model_of, system_prompt, turn_event};
+use crate::agent::{agent_spec, model_of, paid_turn, system_prompt};
 use crate::call::Model;
 use crate::error::NodeFailure;
 use crate::plugins::Plugins;
@@ -264,22 +264,7 @@ async fn tool_loop(
                 {
                     request.tool_choice = Some(ToolChoice::Named(wire_name(first)));
                 }
-                request.max_tokens = model.max_tokens;
-                request.temperature = model.temperature;
-                check_agent_budget(call, spec, model, &request).await?;
-                let (answer, settlement) = model.call(&call.wallet, &request).await?;
-                call.wallet
-                    .save_turn(
-                        turn,
-                        &json!({"answer": answer}),
-                        std::slice::from_ref(&settlement),
-                        (
-                            "model.turn",
-                            turn_event(&call.node.id, turn, &answer, &settlement),
-                        ),
-                    )
-                    .await?;
-                answer
+                paid_turn(call, spec, model, turn, request).await?
             }
         };
         messages.push(assistant(&answer));
