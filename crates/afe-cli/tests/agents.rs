@@ -9,7 +9,7 @@ mod tickets;
 use std::path::Path;
 
 use afe_store::{LedgerState, SqlStore, Store};
-use afe_testkit::ModelServer;
+use afe_testkit::{Answer, ModelServer, Reply};
 use serde_json::Value;
 use tickets::*;
 
@@ -139,4 +139,43 @@ async fn a_budget_that_allows_two_calls_stops_the_ticket_before_the_third_is_sen
     let spent: i64 = ledger.iter().filter_map(|e| e.settled_micros).sum();
     assert_eq!(spent, 3_000, "what the two calls cost");
     assert_eq!(left_of(ticket).await, (0, 0));
+}
+
+/// An answer that does not match the node's Schema is asked for again with the checker's words,
+/// as many times as the Agent's `answerRetries` says, and then the node fails (AFE-NODE-003)
+/// without a further call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_does_not_match_the_schema_is_asked_again_as_configured_then_fails() {
+    let dir = afe_testkit::scratch("afe-answer-retries");
+    let server = ModelServer::start(vec![
+        Reply::Answer(Answer::text("not JSON at all", 0.001)),
+        Reply::Answer(Answer::text(r#"{"steps": []}"#, 0.001)),
+        Reply::Answer(Answer::text(r#"{"steps": ["never asked for"]}"#, 0.001)),
+    ])
+    .await;
+    agents_config(&dir, &server, None);
+    let path = dir.join("config.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replacen(
+        "  prompt: \"Plan how to fix",
+        "  answerRetries: 1\n  prompt: \"Plan how to fix",
+        1,
+    );
+    std::fs::write(&path, text).unwrap();
+    let (_git, input) = repository(&dir).await;
+    let (status, events, log) = run(&dir, &input, &afe_testkit::sqlite_url(&dir));
+    assert_ne!(status, Some(0), "{events:#?}\n{log}");
+    let failed = kinds(&events, "node.failed");
+    let error = failed[0]["payload"]["error"].as_str().unwrap();
+    assert!(error.starts_with("AFE-NODE-003 after 2 answers"), "{error}");
+    assert!(
+        error.contains("minItems") || error.contains("[]"),
+        "{error}"
+    );
+    assert_eq!(server.calls(), 2, "one answer and one retry, nothing more");
+    let second = server.seen.lock().unwrap().requests[1]["messages"].to_string();
+    assert!(
+        second.contains("does not match the required Schema"),
+        "{second}"
+    );
 }

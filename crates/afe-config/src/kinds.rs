@@ -111,6 +111,10 @@ pub struct AgentSpec {
     /// naming it); later turns choose freely. For a loop that must start by looking.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_tool: Option<String>,
+    /// How many times an `agent` node asks again when an answer does not match its output Schema
+    /// (default 2: three answers in all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_retries: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
 }

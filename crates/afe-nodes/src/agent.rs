@@ -1,6 +1,6 @@
 //! The `agent` node: one model call of the named Agent, its prompt rendered from the node's
 //! context; with an `output` Schema, a structured answer (`response_format: json_schema`) checked
-//! against it, asked again at most [`ANSWER_RETRIES`] times — with the checker's words — when it
+//! against it, asked again at most the Agent's `answerRetries` times ([`ANSWER_RETRIES`] unless it says) — with the checker's words — when it
 //! does not match. Every answer is journaled with its settlement the moment it arrives, so an
 //! attempt after a crash reuses it instead of paying for it again.
 
@@ -14,8 +14,9 @@ use crate::call::{Model, endpoint, schema_format};
 use crate::error::NodeFailure;
 use crate::{money, prompt};
 
-/// How many times an answer that does not match the Schema is asked for again.
-pub const ANSWER_RETRIES: usize = 2;
+/// How many times an answer that does not match the Schema is asked for again, unless the Agent
+/// says (`answerRetries`).
+pub const ANSWER_RETRIES: u32 = 2;
 
 /// The agent `name` of the ticket's revision.
 pub fn agent_spec(call: &NodeCall, name: &str) -> Result<AgentSpec, NodeFailure> {
@@ -190,7 +191,8 @@ pub async fn run(
     ];
     let journaled = call.wallet.turns().await?;
     let mut last_problem = String::new();
-    for turn in 0..=ANSWER_RETRIES as i64 {
+    let retries = spec.answer_retries.unwrap_or(ANSWER_RETRIES);
+    for turn in 0..=i64::from(retries) {
         let earlier = journaled
             .iter()
             .find(|t| t.turn == turn)
@@ -225,7 +227,7 @@ pub async fn run(
     }
     Err(NodeFailure::InvalidAnswer(format!(
         "after {} answers the model's answer still does not match Schema {}: {last_problem}",
-        ANSWER_RETRIES + 1,
+        retries + 1,
         output_schema.map(|(name, _)| name).unwrap_or_default()
     )))
 }
