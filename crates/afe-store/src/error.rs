@@ -39,6 +39,10 @@ pub enum StoreError {
     /// starting a node already completed).
     #[error("AFE-STO-007 {detail}")]
     InvalidState { detail: String },
+    /// What a person asked of a ticket its state does not allow (cancelling one that ended,
+    /// resuming one that is not paused, rerunning from a node that never completed).
+    #[error("AFE-STO-008 {detail}")]
+    Conflict { detail: String },
 }
 
 impl StoreError {
@@ -51,6 +55,7 @@ impl StoreError {
             StoreError::Corrupt { .. } => "AFE-STO-005",
             StoreError::Schema { .. } => "AFE-STO-006",
             StoreError::InvalidState { .. } => "AFE-STO-007",
+            StoreError::Conflict { .. } => "AFE-STO-008",
         }
     }
 
@@ -74,11 +79,14 @@ impl StoreError {
                 "run the afe version that migrated this store, or a newer one (one format generation is read)"
             }
             StoreError::InvalidState { .. } => "this is a bug in the caller: report it",
+            StoreError::Conflict { .. } => {
+                "read the ticket's state (`afe ticket get ID`) and ask for what it allows"
+            }
         }
     }
 
     /// Every code, for docs/errors.md.
-    pub const CODES: [&'static str; 7] = [
+    pub const CODES: [&'static str; 8] = [
         "AFE-STO-001",
         "AFE-STO-002",
         "AFE-STO-003",
@@ -86,6 +94,7 @@ impl StoreError {
         "AFE-STO-005",
         "AFE-STO-006",
         "AFE-STO-007",
+        "AFE-STO-008",
     ];
 }
 

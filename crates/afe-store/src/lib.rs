@@ -2,6 +2,7 @@
 //! outbox, with leases and fencing, on PostgreSQL (many machines) or SQLite (one machine). See
 //! docs/afe-store.md.
 
+mod admin;
 mod dialect;
 mod error;
 mod migrations;
@@ -9,6 +10,7 @@ mod model;
 mod sql;
 mod store;
 
+pub use admin::{Admin, Cursor, NodeDurations, RevisionInfo, Stats, TicketFilter, TicketPage};
 pub use dialect::Dialect;
 pub use error::StoreError;
 pub use migrations::{MIGRATIONS, Migrated};

@@ -27,8 +27,9 @@ use crate::store::Store;
 /// (PostgreSQL's is 1 GB).
 pub const DEFAULT_CHUNK_SIZE: usize = 8 << 20;
 
-const TICKET_COLUMNS: &str = "id, flow, input, revision, state, reason, lease_owner, lease_epoch, lease_expires_at, resume_token, budget_micros, created_at, updated_at";
-const NODE_COLUMNS: &str = "ticket, node, state, output, error, attempts, started_at, finished_at";
+pub(crate) const TICKET_COLUMNS: &str = "id, flow, input, revision, state, reason, lease_owner, lease_epoch, lease_expires_at, resume_token, budget_micros, created_at, updated_at";
+pub(crate) const NODE_COLUMNS: &str =
+    "ticket, node, state, output, error, attempts, started_at, finished_at";
 const LEDGER_COLUMNS: &str = "id, ticket, node, provider, reserved_micros, settled_micros, tokens_in, tokens_out, state, epoch, generation";
 
 /// The store over a connection pool.
@@ -49,7 +50,7 @@ fn text(value: &Value) -> String {
     value.to_string()
 }
 
-fn json_of(text: &str, what: &str) -> Result<Value, StoreError> {
+pub(crate) fn json_of(text: &str, what: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|err| StoreError::Corrupt {
         what: what.to_string(),
         detail: err.to_string(),
@@ -141,7 +142,7 @@ impl SqlStore {
         self.pool.close().await;
     }
 
-    fn sql(&self, statement: &str) -> String {
+    pub(crate) fn sql(&self, statement: &str) -> String {
         self.dialect.sql(statement)
     }
 
@@ -180,7 +181,7 @@ impl SqlStore {
 
     /// Appends an event to the ticket's log; the caller's transaction holds the ticket, so
     /// sequence numbers are dense and ordered.
-    async fn append(
+    pub(crate) async fn append(
         &self,
         tx: &mut Transaction<'_, Any>,
         ticket: &str,
@@ -208,7 +209,7 @@ impl SqlStore {
     /// call never reached the provider — none has a generation id. One whose call did may have
     /// been charged: it stays reserved, counted against the budget, until it is settled with what
     /// the provider reports. The `ledger.released` event, when any were.
-    async fn release_reservations(
+    pub(crate) async fn release_reservations(
         &self,
         tx: &mut Transaction<'_, Any>,
         ticket: &str,
@@ -381,7 +382,7 @@ impl SqlStore {
     }
 }
 
-fn ticket_of(row: &AnyRow) -> Result<Ticket, StoreError> {
+pub(crate) fn ticket_of(row: &AnyRow) -> Result<Ticket, StoreError> {
     let state: String = row.try_get("state")?;
     Ok(Ticket {
         id: row.try_get("id")?,

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use afe_store::{
-    Completion, Finish, Lease, LedgerState, NewCheckpoint, NewTicket, NodeState, Settlement,
-    SqlStore, Store, StoreError, TicketState,
+    Admin, Completion, Cursor, Finish, Lease, LedgerState, NewCheckpoint, NewTicket, NodeState,
+    Settlement, SqlStore, Store, StoreError, TicketFilter, TicketState,
 };
 use afe_testkit::{TestDatabase, chain_revision, scratch, sqlite_url};
 use serde_json::json;
@@ -49,6 +49,12 @@ on_both_stores!(
     tickets_needing_a_worker_are_found_and_dead_letters_fail_only_unheld_tickets,
     release_lets_another_worker_claim_at_once,
     a_ticket_needs_a_stored_revision,
+    cancelling_a_running_ticket_takes_its_lease_and_ended_tickets_refuse,
+    a_paused_ticket_is_not_claimed_until_resumed,
+    a_rerun_copies_the_nodes_before_its_node_with_their_checkpoints,
+    tickets_are_listed_newest_first_by_cursor_and_filtered,
+    the_newest_publication_is_the_current_revision,
+    stats_count_tickets_money_and_node_durations,
 );
 
 const LONG: Duration = Duration::from_secs(60);
@@ -765,4 +771,274 @@ async fn a_ticket_needs_a_stored_revision(store: &SqlStore) {
         Err(StoreError::NotFound { what }) => assert!(what.contains("revision"), "{what}"),
         other => panic!("expected NotFound, got {other:?}"),
     }
+}
+
+fn conflict<T: std::fmt::Debug>(result: Result<T, StoreError>) -> bool {
+    matches!(result, Err(StoreError::Conflict { .. }))
+}
+
+async fn cancelling_a_running_ticket_takes_its_lease_and_ended_tickets_refuse(store: &SqlStore) {
+    let id = ticket(store, Some(10_000_000)).await;
+    let lease = claim(store, &id, "w", LONG).await;
+    store.start_node(&lease, "n1").await.unwrap();
+    let unsent = store.reserve(&lease, "n1", "p", 100).await.unwrap();
+    let (cancelled, events) = store.cancel(&id, "asked by alice").await.unwrap();
+    assert_eq!(cancelled.state, TicketState::Cancelled);
+    assert_eq!(cancelled.reason.as_deref(), Some("asked by alice"));
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["ledger.released", "ticket.cancelled"]);
+    // The worker that held it can write nothing more, its heartbeat included.
+    assert!(lost(store.heartbeat(&lease, LONG).await));
+    assert!(lost(store.record(&lease, "x", json!({})).await));
+    let ledger = store.ledger(&id).await.unwrap();
+    assert_eq!(ledger[0].id, unsent.id);
+    assert_eq!(ledger[0].state, LedgerState::Released);
+    // Nobody claims it again, and what has ended cannot be cancelled, paused or resumed.
+    assert!(store.claim(&id, "w2", LONG).await.unwrap().is_none());
+    assert!(conflict(store.cancel(&id, "again").await));
+    assert!(conflict(store.pause(&id).await));
+    assert!(conflict(store.resume(&id).await));
+    assert!(matches!(
+        store.cancel("no-such-ticket", "x").await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+async fn a_paused_ticket_is_not_claimed_until_resumed(store: &SqlStore) {
+    let id = ticket(store, None).await;
+    let lease = claim(store, &id, "w", LONG).await;
+    let (paused, _) = store.pause(&id).await.unwrap();
+    assert_eq!(paused.state, TicketState::Paused);
+    assert_eq!(paused.lease_owner, None);
+    assert!(lost(store.heartbeat(&lease, LONG).await));
+    // Not claimable, not swept back into the queue, not resumable twice.
+    assert!(store.claim(&id, "w2", LONG).await.unwrap().is_none());
+    assert!(
+        !store
+            .needing_work(Duration::ZERO)
+            .await
+            .unwrap()
+            .contains(&id)
+    );
+    assert!(conflict(store.pause(&id).await));
+    let (resumed, events) = store.resume(&id).await.unwrap();
+    assert_eq!(resumed.state, TicketState::Queued);
+    assert_eq!(events[0].kind, "ticket.resumed");
+    assert!(conflict(store.resume(&id).await));
+    let next = claim(store, &id, "w2", LONG).await;
+    assert_eq!(next.epoch, lease.epoch + 2, "pausing took an epoch");
+}
+
+async fn a_rerun_copies_the_nodes_before_its_node_with_their_checkpoints(store: &SqlStore) {
+    let id = ticket(store, Some(5_000_000)).await;
+    let lease = claim(store, &id, "w", LONG).await;
+    let mut parent = None;
+    for node in ["n1", "n2", "n3"] {
+        store.start_node(&lease, node).await.unwrap();
+        store
+            .complete_node(
+                &lease,
+                Completion {
+                    checkpoint: Some(NewCheckpoint {
+                        head: format!("head-{node}"),
+                        git_ref: format!("refs/afe/{node}"),
+                        parent,
+                        bundle: format!("bundle of {node}").into_bytes(),
+                    }),
+                    ..Completion::output_only(node, json!({"node": node}), "t")
+                },
+            )
+            .await
+            .unwrap();
+        parent = store.checkpoints(&id).await.unwrap().last().map(|c| c.id);
+    }
+    store.finish(&lease, Finish::Done).await.unwrap();
+    // From a node that never ran, or with a node before it that never ran: refused.
+    assert!(conflict(store.rerun(&id, "n9", &[]).await));
+    assert!(conflict(
+        store.rerun(&id, "n3", &["n1".into(), "n7".into()]).await
+    ));
+    let keep = ["n1".to_string(), "n2".to_string()];
+    let (rerun, events) = store.rerun(&id, "n3", &keep).await.unwrap();
+    assert_ne!(rerun.id, id);
+    assert_eq!(rerun.state, TicketState::Queued);
+    let original = store.ticket(&id).await.unwrap();
+    assert_eq!(
+        (
+            &rerun.flow,
+            &rerun.input,
+            &rerun.revision,
+            rerun.budget_micros
+        ),
+        (
+            &original.flow,
+            &original.input,
+            &original.revision,
+            original.budget_micros
+        )
+    );
+    assert_eq!(events[0].ticket, id);
+    assert_eq!(events[0].kind, "ticket.rerun");
+    assert_eq!(events[1].payload["rerunOf"], json!(id));
+    let runs = store.node_runs(&rerun.id).await.unwrap();
+    let copied: Vec<(&str, NodeState)> = runs.iter().map(|r| (r.node.as_str(), r.state)).collect();
+    assert_eq!(
+        copied,
+        [("n1", NodeState::Completed), ("n2", NodeState::Completed)]
+    );
+    assert_eq!(runs[1].output, Some(json!({"node": "n2"})));
+    // The checkpoints of n1 and n2, chained to each other, with the same bytes.
+    let checkpoints = store.checkpoints(&rerun.id).await.unwrap();
+    assert_eq!(checkpoints.len(), 2);
+    assert_eq!(checkpoints[0].parent, None);
+    assert_eq!(checkpoints[1].parent, Some(checkpoints[0].id));
+    assert_eq!(checkpoints[1].head, "head-n2");
+    assert_eq!(
+        store.bundle(checkpoints[1].id).await.unwrap(),
+        b"bundle of n2"
+    );
+    // It runs like any ticket.
+    let lease = claim(store, &rerun.id, "w", LONG).await;
+    assert!(store.start_node(&lease, "n2").await.is_err(), "n2 is done");
+    store.start_node(&lease, "n3").await.unwrap();
+}
+
+async fn tickets_are_listed_newest_first_by_cursor_and_filtered(store: &SqlStore) {
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(ticket(store, None).await);
+    }
+    // The clock is the database's: give the tickets distinct, known times.
+    for (at, id) in ids.iter().enumerate() {
+        sqlx::query("UPDATE afe_tickets SET created_at = $1 WHERE id = $2")
+            .bind(1000 + at as i64)
+            .bind(id.clone())
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    store.cancel(&ids[1], "x").await.unwrap();
+    let everything = TicketFilter::default();
+    let mut seen = Vec::new();
+    let mut after: Option<Cursor> = None;
+    loop {
+        let page = store.tickets(&everything, after.as_ref(), 2).await.unwrap();
+        assert!(page.tickets.len() <= 2);
+        seen.extend(page.tickets.iter().map(|t| t.id.clone()));
+        let Some(next) = page.next else { break };
+        // A cursor survives its trip through a client.
+        after = Some(Cursor::decode(&next.encode()).unwrap());
+    }
+    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(seen, newest_first);
+    let cancelled = TicketFilter {
+        state: Some(TicketState::Cancelled),
+        ..TicketFilter::default()
+    };
+    let page = store.tickets(&cancelled, None, 10).await.unwrap();
+    assert_eq!(page.tickets.len(), 1);
+    assert_eq!(page.tickets[0].id, ids[1]);
+    let window = TicketFilter {
+        flow: Some("work".into()),
+        created_after: Some(1001),
+        created_before: Some(1003),
+        ..TicketFilter::default()
+    };
+    let page = store.tickets(&window, None, 10).await.unwrap();
+    let found: Vec<&str> = page.tickets.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(found, [ids[2].as_str(), ids[1].as_str()]);
+    let other_flow = TicketFilter {
+        flow: Some("other".into()),
+        ..TicketFilter::default()
+    };
+    assert!(
+        store
+            .tickets(&other_flow, None, 10)
+            .await
+            .unwrap()
+            .tickets
+            .is_empty()
+    );
+    assert_eq!(Cursor::decode("nonsense"), None);
+    assert_eq!(Cursor::decode("12.a'b"), None);
+}
+
+async fn the_newest_publication_is_the_current_revision(store: &SqlStore) {
+    assert_eq!(store.current_revision().await.unwrap(), None);
+    let first = chain_revision(2, None);
+    let second = chain_revision(3, None);
+    for revision in [&first, &second] {
+        store
+            .put_revision(&revision.hash, &revision.normalized)
+            .await
+            .unwrap();
+    }
+    assert!(store.publish_revision(&first.hash).await.unwrap());
+    assert!(!store.publish_revision(&first.hash).await.unwrap(), "once");
+    assert_eq!(
+        store.current_revision().await.unwrap().unwrap().hash,
+        first.hash
+    );
+    assert!(store.publish_revision(&second.hash).await.unwrap());
+    assert_eq!(
+        store.current_revision().await.unwrap().unwrap().hash,
+        second.hash
+    );
+    // Back to the first: it is current again.
+    assert!(store.publish_revision(&first.hash).await.unwrap());
+    assert_eq!(
+        store.current_revision().await.unwrap().unwrap().hash,
+        first.hash
+    );
+    let listed = store.revisions().await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|r| r.published_at.is_some()));
+    assert!(matches!(
+        store.publish_revision("0000").await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+async fn stats_count_tickets_money_and_node_durations(store: &SqlStore) {
+    let id = ticket(store, Some(10_000_000)).await;
+    ticket(store, None).await;
+    let lease = claim(store, &id, "w", LONG).await;
+    store.start_node(&lease, "n1").await.unwrap();
+    let reservation = store.reserve(&lease, "n1", "p", 900).await.unwrap();
+    store.reserve(&lease, "n1", "p", 50).await.unwrap();
+    store
+        .complete_node(
+            &lease,
+            Completion {
+                settlements: vec![Settlement {
+                    reservation: reservation.id,
+                    usd_micros: 700,
+                    tokens_in: 1,
+                    tokens_out: 1,
+                }],
+                ..Completion::output_only("n1", json!({}), "t")
+            },
+        )
+        .await
+        .unwrap();
+    store.ping().await.unwrap();
+    let stats = store.stats().await.unwrap();
+    let mut states = stats.tickets_by_state.clone();
+    states.sort_by_key(|(state, _)| state.as_str());
+    assert_eq!(
+        states,
+        [(TicketState::Queued, 1), (TicketState::Running, 1)]
+    );
+    assert_eq!(stats.spent_micros, 700);
+    assert_eq!(stats.reserved_micros, 50);
+    assert_eq!(stats.node_durations.len(), 1);
+    assert_eq!(
+        (
+            stats.node_durations[0].flow.as_str(),
+            stats.node_durations[0].node.as_str(),
+            stats.node_durations[0].count
+        ),
+        ("work", "n1", 1)
+    );
+    assert!(stats.node_durations[0].total_ms >= 0);
 }
