@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use afe_queue::{Delivery, Notifier, Queue};
-use afe_store::{Completion, Event, Finish, Lease, NodeRun, NodeState, Store, StoreError};
+use afe_store::{
+    Completion, Event, Finish, Lease, NodeRun, NodeState, Store, StoreError, TicketState,
+};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -246,6 +248,7 @@ impl Worker {
         self.publish(&events).await;
         tracing::info!(%ticket, epoch = lease.epoch, %consumer, "claimed");
         let (lost_tx, lost_rx) = watch::channel(false);
+        let lost_tx = Arc::new(lost_tx);
         let heartbeat = tokio::spawn(heartbeat(
             self.store.clone(),
             self.queue.clone(),
@@ -253,6 +256,11 @@ impl Worker {
             delivery.clone(),
             consumer.to_string(),
             self.settings.lease_ttl,
+            lost_tx.clone(),
+        ));
+        let stopped = tokio::spawn(stopped_by_a_person(
+            self.notifier.subscribe(),
+            ticket.clone(),
             lost_tx,
         ));
         // The ticket's span: the parent of its nodes' in a trace (afe-telemetry exports them).
@@ -268,6 +276,7 @@ impl Worker {
             .instrument(span)
             .await;
         heartbeat.abort();
+        stopped.abort();
         tracing::info!(%ticket, outcome = ?outcome, "left");
         match outcome {
             Outcome::Ended => {
@@ -287,7 +296,17 @@ impl Worker {
                     tracing::warn!(%ticket, error = %err, "cannot release; the lease will expire")
                 }
             },
-            Outcome::LeaseLost => {}
+            Outcome::LeaseLost => match self.store.ticket(&ticket).await.map(|t| t.state) {
+                // Cancelled (or paused) by a person, not taken over: nobody else will end it here.
+                Ok(state) if state.is_terminal() => {
+                    self.executor.ticket_ended(&ticket).await;
+                    let _ = self.queue.ack(&delivery).await;
+                }
+                Ok(TicketState::Paused) => {
+                    let _ = self.queue.ack(&delivery).await;
+                }
+                _ => {}
+            },
             Outcome::Trouble(detail) => {
                 tracing::warn!(%ticket, %detail, "left for another try");
                 tokio::time::sleep(self.settings.retry_pause).await;
@@ -511,6 +530,30 @@ fn skipped(ticket: &str, node: &str) -> NodeRun {
     }
 }
 
+/// Says the lease is lost as soon as the ticket's log announces it was cancelled or paused
+/// through the API (which took the lease in the same statement), rather than at the next
+/// heartbeat: a cancelled ticket should stop spending now.
+async fn stopped_by_a_person(
+    mut notices: tokio::sync::broadcast::Receiver<afe_queue::Notice>,
+    ticket: String,
+    lost: Arc<watch::Sender<bool>>,
+) {
+    loop {
+        match notices.recv().await {
+            Ok(notice)
+                if notice.ticket == ticket
+                    && matches!(notice.kind.as_str(), "ticket.cancelled" | "ticket.paused") =>
+            {
+                let _ = lost.send(true);
+                return;
+            }
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            // No more notices: the heartbeat still finds out.
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
 /// Extends the lease and keeps the queue entry fresh every third of the lease; on `LeaseLost`
 /// says so and stops.
 async fn heartbeat(
@@ -520,7 +563,7 @@ async fn heartbeat(
     delivery: Delivery,
     consumer: String,
     ttl: Duration,
-    lost: watch::Sender<bool>,
+    lost: Arc<watch::Sender<bool>>,
 ) {
     let every = ttl / 3;
     loop {

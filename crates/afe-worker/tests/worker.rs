@@ -9,7 +9,7 @@ use std::time::Duration;
 use afe_queue::{
     EmbeddedNotifier, EmbeddedQueue, Notifier, Queue, QueueSettings, RedisNotifier, RedisQueue,
 };
-use afe_store::{NewTicket, SqlStore, Store, TicketState};
+use afe_store::{Admin, NewTicket, SqlStore, Store, TicketState};
 use afe_worker::{
     NodeCall, NodeError, NodeExecutor, NodeResult, Script, ScriptedExecutor, Worker, WorkerSettings,
 };
@@ -190,6 +190,8 @@ on_both_pairs!(
     an_entry_delivered_too_often_is_dead_lettered_and_its_ticket_fails,
     a_starting_worker_requeues_a_ticket_running_without_a_live_lease,
     a_false_when_skips_its_node_and_what_needs_it_and_checkpoints_are_kept,
+    a_ticket_cancelled_mid_node_stops_its_worker_and_loses_its_sandbox,
+    a_ticket_paused_mid_node_runs_that_node_again_when_resumed,
 );
 
 async fn a_flow_runs_to_done_and_every_event_is_published_after_its_commit(pair: Pair) {
@@ -467,5 +469,112 @@ async fn a_node_whose_sandbox_keeps_going_away_fails_its_ticket(pair: Pair) {
     let n2 = runs.iter().find(|r| r.node == "n2").unwrap();
     assert_eq!(n2.attempts, 5);
     assert_eq!(*executor.ended.lock().unwrap(), [id]);
+    pair.close().await;
+}
+
+/// An executor whose node n2, on its first attempt, says it started and then never ends (a long
+/// model call); it writes down what it runs and which tickets it is told have ended.
+struct Stuck {
+    started: tokio::sync::watch::Sender<bool>,
+    ran: std::sync::Mutex<Vec<(String, i32)>>,
+    ended: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl NodeExecutor for Stuck {
+    async fn execute(&self, call: NodeCall) -> Result<NodeResult, NodeError> {
+        self.ran
+            .lock()
+            .unwrap()
+            .push((call.node.id.clone(), call.attempt));
+        if call.node.id == "n2" && call.attempt == 1 {
+            let _ = self.started.send(true);
+            std::future::pending::<()>().await;
+        }
+        Ok(NodeResult::default())
+    }
+
+    async fn ticket_ended(&self, ticket: &str) {
+        self.ended.lock().unwrap().push(ticket.to_string());
+    }
+}
+
+/// The ticket is in n2 for good; what a stop through the API does next is the test's.
+async fn stuck_in_n2(
+    pair: &Pair,
+) -> (
+    Arc<Stuck>,
+    String,
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (started, mut in_n2) = tokio::sync::watch::channel(false);
+    let executor = Arc::new(Stuck {
+        started,
+        ran: Default::default(),
+        ended: Default::default(),
+    });
+    let (stop, worker) = pair.worker_with(executor.clone());
+    let id = pair.ticket().await;
+    pair.queue.enqueue(&id).await.unwrap();
+    in_n2.wait_for(|started| *started).await.unwrap();
+    (executor, id, stop, worker)
+}
+
+/// What the API does after a stop: publish the events it wrote.
+async fn announce(pair: &Pair, events: &[afe_store::Event]) {
+    for event in events {
+        let notice = afe_queue::Notice {
+            ticket: event.ticket.clone(),
+            seq: event.seq,
+            kind: event.kind.clone(),
+        };
+        pair.notifier.publish(&notice).await.unwrap();
+    }
+}
+
+/// Cancelled while its node runs: the worker drops the node, writes nothing more, and removes
+/// the ticket's sandbox; nothing runs after.
+async fn a_ticket_cancelled_mid_node_stops_its_worker_and_loses_its_sandbox(pair: Pair) {
+    let (executor, id, stop, worker) = stuck_in_n2(&pair).await;
+    let (_, events) = pair.store.cancel(&id, "asked by a test").await.unwrap();
+    announce(&pair, &events).await;
+    let mut removed = false;
+    for _ in 0..600 {
+        removed = executor.ended.lock().unwrap().contains(&id);
+        if removed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(removed, "the worker removes a cancelled ticket's sandbox");
+    let _ = stop.send(true);
+    worker.await.unwrap();
+    let ticket = pair.store.ticket(&id).await.unwrap();
+    assert_eq!(ticket.state, TicketState::Cancelled);
+    let ran = executor.ran.lock().unwrap().clone();
+    assert_eq!(ran, [("n1".to_string(), 1), ("n2".to_string(), 1)]);
+    let last = pair.store.events(&id, 0, 100).await.unwrap();
+    assert_eq!(last.last().unwrap().kind, "ticket.cancelled");
+    pair.close().await;
+}
+
+/// Paused while its node runs, then resumed: the node runs again (attempt 2), the one before it
+/// does not, and the ticket finishes.
+async fn a_ticket_paused_mid_node_runs_that_node_again_when_resumed(pair: Pair) {
+    let (executor, id, stop, worker) = stuck_in_n2(&pair).await;
+    let (paused, events) = pair.store.pause(&id).await.unwrap();
+    assert_eq!(paused.state, TicketState::Paused);
+    announce(&pair, &events).await;
+    let (_, events) = pair.store.resume(&id).await.unwrap();
+    announce(&pair, &events).await;
+    pair.queue.enqueue(&id).await.unwrap();
+    let ended = pair.ended(&id).await;
+    assert_eq!(ended.state, TicketState::Done, "{:?}", ended.reason);
+    let _ = stop.send(true);
+    worker.await.unwrap();
+    let ran = executor.ran.lock().unwrap().clone();
+    let n = |node: &str| ran.iter().filter(|(n, _)| n == node).count();
+    assert_eq!((n("n1"), n("n2"), n("n3")), (1, 2, 1), "{ran:?}");
     pair.close().await;
 }
