@@ -7,16 +7,21 @@
 //! - `afe crdgen [--out DIR]`: writes the CustomResourceDefinitions.
 //! - `afe worker --store URL --broker URL|embedded ...`: a worker process.
 //! - `afe run --local -c DIR --flow NAME --input FILE`: one ticket to its end on this machine.
+//! - `afe serve [-c DIR] --store URL --broker URL`: the API (afe-api), publishing DIR's revision.
+//! - `afe ticket start|get|list|cancel|pause|resume|rerun|events`: the API's client.
 //!
 //! Exit statuses: 0 done, 1 could not do it (a file could not be written, the store or the
 //! sandbox platform could not be reached), 2 usage, 3 the config (or a ticket's input) is invalid
 //! or its pin does not match, 4 a worker cannot start (store, broker or executor), 5 the ticket
 //! failed, 6 it was cancelled, 130 interrupted.
 
+mod broker;
+mod client;
 mod progress;
 mod report;
 mod run;
 mod sandbox_args;
+mod serve;
 mod telemetry;
 mod worker;
 
@@ -68,6 +73,10 @@ enum Command {
     /// Run one ticket to its end on this machine (SQLite, the in-process queue, the Docker
     /// sandbox), printing its events; exit with its outcome.
     Run(Box<run::RunArgs>),
+    /// Serve the API: tickets, revisions, live events. Needs AFE_API_TOKEN.
+    Serve(Box<serve::ServeArgs>),
+    /// Start, read, follow and stop tickets through the API (AFE_SERVER, AFE_API_TOKEN).
+    Ticket(Box<client::TicketArgs>),
     /// Write the CustomResourceDefinitions of every afe kind.
     Crdgen {
         #[arg(long, default_value = afe_config::crd::CRD_DIR)]
@@ -90,6 +99,8 @@ fn main() -> ExitCode {
         Command::Crdgen { out } => crdgen(&out),
         Command::Worker(args) => worker::run(*args),
         Command::Run(args) => run::run(*args),
+        Command::Serve(args) => serve::run(*args),
+        Command::Ticket(args) => client::run(*args),
     }
 }
 

@@ -7,9 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use afe_queue::{
-    EmbeddedNotifier, EmbeddedQueue, Notifier, Queue, QueueSettings, RedisNotifier, RedisQueue,
-};
+use afe_queue::QueueSettings;
 use afe_store::{SqlStore, Store};
 use afe_worker::{NodeExecutor, Script, ScriptedExecutor, Worker, WorkerSettings};
 use clap::Args;
@@ -19,15 +17,8 @@ const EXIT_CANNOT_START: u8 = 4;
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    /// The store: postgres://USER:PASSWORD@HOST/DB, or sqlite://PATH for one machine.
-    #[arg(long, env = "AFE_STORE_URL", default_value = "sqlite://.afe/afe.db")]
-    store: String,
-    /// The broker: redis://HOST:PORT/, or `embedded` (an in-process queue fed from the store).
-    #[arg(long, env = "AFE_BROKER_URL", default_value = "embedded")]
-    broker: String,
-    /// The prefix of the broker's keys (one engine's streams and channel).
-    #[arg(long, default_value = "afe")]
-    prefix: String,
+    #[command(flatten)]
+    backends: crate::broker::Backends,
     /// This worker's name (default: worker-PID).
     #[arg(long)]
     id: Option<String>,
@@ -138,14 +129,8 @@ pub fn run(args: WorkerArgs) -> ExitCode {
 }
 
 async fn serve(args: WorkerArgs, scripted: Option<Arc<dyn NodeExecutor>>) -> ExitCode {
-    // A SQLite file's folder is made on first use (the default is .afe/afe.db).
-    if let Some(path) = args.store.strip_prefix("sqlite://")
-        && let Some(parent) = std::path::Path::new(path.split('?').next().unwrap_or(path)).parent()
-        && !parent.as_os_str().is_empty()
-    {
-        let _ = std::fs::create_dir_all(parent);
-    }
-    let store: Arc<dyn Store> = match SqlStore::connect(&args.store).await {
+    args.backends.make_sqlite_folder();
+    let store: Arc<dyn Store> = match SqlStore::connect(&args.backends.store).await {
         Ok(store) => Arc::new(store),
         Err(err) => return cannot_start("cannot open the store", &err, err.help()),
     };
@@ -153,21 +138,15 @@ async fn serve(args: WorkerArgs, scripted: Option<Arc<dyn NodeExecutor>>) -> Exi
         reclaim_after: args.reclaim_after,
         max_deliveries: args.max_deliveries,
     };
-    let (queue, notifier): (Arc<dyn Queue>, Arc<dyn Notifier>) = if args.broker == "embedded" {
-        (
-            Arc::new(EmbeddedQueue::new(settings)),
-            Arc::new(EmbeddedNotifier::default()),
-        )
-    } else {
-        let queue = match RedisQueue::connect(&args.broker, &args.prefix, settings).await {
-            Ok(queue) => queue,
-            Err(err) => return cannot_start("cannot reach the broker", &err, err.help()),
-        };
-        let notifier = match RedisNotifier::connect(&args.broker, &args.prefix).await {
-            Ok(notifier) => notifier,
-            Err(err) => return cannot_start("cannot reach the broker", &err, err.help()),
-        };
-        (Arc::new(queue), Arc::new(notifier))
+    let (queue, notifier) = match crate::broker::connect(
+        &args.backends.broker,
+        &args.backends.prefix,
+        settings,
+    )
+    .await
+    {
+        Ok(pair) => pair,
+        Err(err) => return cannot_start("cannot reach the broker", &err, err.help()),
     };
     let id = args
         .id

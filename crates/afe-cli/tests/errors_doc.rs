@@ -54,3 +54,36 @@ fn errors_md_documents_exactly_the_codes_afe_run_says() {
     assert_eq!(said.len(), 3, "{said:?}");
     assert_eq!(documented(&["AFE-RUN-"]), said);
 }
+
+/// The codes a source file of the binary says, each once, in order.
+fn said_in(file: &str, prefix: &str) -> Vec<String> {
+    let source =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+            .unwrap();
+    let mut said: Vec<String> = source
+        .match_indices(prefix)
+        .map(|(at, _)| source[at..at + prefix.len() + 3].to_string())
+        .filter(|code| code[prefix.len()..].bytes().all(|b| b.is_ascii_digit()))
+        .collect();
+    said.sort();
+    said.dedup();
+    said
+}
+
+/// `afe serve`'s, `afe ticket`'s and the API's codes: each documented, and no other.
+#[test]
+fn errors_md_documents_exactly_the_codes_of_serve_the_client_and_the_api() {
+    assert_eq!(
+        documented(&["AFE-SRV-"]),
+        said_in("src/serve.rs", "AFE-SRV-")
+    );
+    assert_eq!(
+        documented(&["AFE-CLI-"]),
+        said_in("src/client.rs", "AFE-CLI-")
+    );
+    let api: Vec<String> = afe_api::ApiCode::ALL
+        .iter()
+        .map(|c| c.code().to_string())
+        .collect();
+    assert_eq!(documented(&["AFE-API-"]), api);
+}

@@ -12,7 +12,7 @@ use sqlx::Row;
 
 use crate::error::StoreError;
 use crate::model::{Event, NodeState, Ticket, TicketState};
-use crate::sql::{NODE_COLUMNS, SqlStore, TICKET_COLUMNS, ticket_of};
+use crate::sql::{NODE_COLUMNS, SqlStore, TICKET_COLUMNS, event_of, ticket_of};
 use crate::store::Store;
 
 /// Which tickets a listing returns; every field narrows it.
@@ -125,6 +125,16 @@ pub trait Admin: Store {
     /// Every stored revision, newest first.
     async fn revisions(&self) -> Result<Vec<RevisionInfo>, StoreError>;
     async fn stats(&self) -> Result<Stats, StoreError>;
+    /// The ticket's newest event's seq (0: none).
+    async fn last_seq(&self, ticket: &str) -> Result<i64, StoreError>;
+    /// Every ticket's events written at or after `since` (ms), in (time, ticket, seq) order,
+    /// after the event `after` (ticket, seq) of a page before, `limit` at most.
+    async fn events_since(
+        &self,
+        since: i64,
+        after: Option<&Event>,
+        limit: i64,
+    ) -> Result<Vec<Event>, StoreError>;
 }
 
 fn conflict(ticket: &Ticket, action: &str) -> StoreError {
@@ -459,5 +469,39 @@ impl Admin for SqlStore {
             });
         }
         Ok(stats)
+    }
+
+    async fn last_seq(&self, ticket: &str) -> Result<i64, StoreError> {
+        let row =
+            sqlx::query(&self.sql(
+                "SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) FROM afe_events WHERE ticket = $1",
+            ))
+            .bind(ticket)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn events_since(
+        &self,
+        since: i64,
+        after: Option<&Event>,
+        limit: i64,
+    ) -> Result<Vec<Event>, StoreError> {
+        sqlx::query(&self.sql(
+            "SELECT ticket, seq, kind, payload, at FROM afe_events WHERE at >= $1 \
+             AND ($2 IS NULL OR at > $2 OR (at = $2 AND (ticket > $3 OR (ticket = $3 AND seq > $4)))) \
+             ORDER BY at, ticket, seq LIMIT $5",
+        ))
+        .bind(since)
+        .bind(after.map(|e| e.at))
+        .bind(after.map(|e| e.ticket.as_str()))
+        .bind(after.map(|e| e.seq))
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?
+        .iter()
+        .map(event_of)
+        .collect()
     }
 }

@@ -126,14 +126,16 @@ CREATE TABLE afe_turns (
         5,
         "published revisions, and tickets listed newest first",
         // `afe serve -c DIR` publishes a revision when the folder changes; the newest publication
-        // is the current one, the same for every API replica. Listing pages by (created_at, id).
+        // is the current one, the same for every API replica. Listing pages by (created_at, id); a
+        // live stream of every ticket replays events by time.
         "
 CREATE TABLE afe_publications (
     seq BIGSERIAL PRIMARY KEY,
     hash TEXT NOT NULL REFERENCES afe_revisions (hash),
     published_at BIGINT NOT NULL
 );
-CREATE INDEX afe_tickets_created ON afe_tickets (created_at, id)
+CREATE INDEX afe_tickets_created ON afe_tickets (created_at, id);
+CREATE INDEX afe_events_at ON afe_events (at)
 ",
     ),
 ];

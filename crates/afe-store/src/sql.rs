@@ -382,6 +382,17 @@ impl SqlStore {
     }
 }
 
+/// An event from `ticket, seq, kind, payload, at`.
+pub(crate) fn event_of(row: &AnyRow) -> Result<Event, StoreError> {
+    Ok(Event {
+        ticket: row.try_get(0)?,
+        seq: row.try_get(1)?,
+        kind: row.try_get(2)?,
+        payload: json_of(&row.try_get::<String, _>(3)?, "an event")?,
+        at: row.try_get(4)?,
+    })
+}
+
 pub(crate) fn ticket_of(row: &AnyRow) -> Result<Ticket, StoreError> {
     let state: String = row.try_get("state")?;
     Ok(Ticket {
@@ -1017,15 +1028,7 @@ impl Store for SqlStore {
         .fetch_all(&self.pool)
         .await?
         .iter()
-        .map(|row| {
-            Ok(Event {
-                ticket: row.try_get(0)?,
-                seq: row.try_get(1)?,
-                kind: row.try_get(2)?,
-                payload: json_of(&row.try_get::<String, _>(3)?, "an event")?,
-                at: row.try_get(4)?,
-            })
-        })
+        .map(event_of)
         .collect()
     }
 

@@ -1,0 +1,446 @@
+//! The API in process, on SQLite and the in-process queue: every route refuses a request without
+//! the token (the list of routes read from the generated document, so a new route cannot be
+//! forgotten), tickets are started, listed, cancelled, paused, resumed and rerun through HTTP,
+//! and the checked-in OpenAPI document is the one the code generates.
+
+use std::sync::Arc;
+
+use afe_api::{ApiState, LiveSettings, PUBLIC_PATHS, Token};
+use afe_queue::{EmbeddedNotifier, EmbeddedQueue, Queue, QueueSettings};
+use afe_store::{Admin, Completion, SqlStore, Store};
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const TOKEN: &str = "a-long-test-token-0123456789";
+
+struct Api {
+    store: Arc<SqlStore>,
+    queue: Arc<EmbeddedQueue>,
+    router: Router,
+    dir: std::path::PathBuf,
+}
+
+async fn api() -> Api {
+    let dir = afe_testkit::scratch("afe-api");
+    let store = Arc::new(
+        SqlStore::connect(&afe_testkit::sqlite_url(&dir))
+            .await
+            .unwrap(),
+    );
+    let revision = afe_testkit::chain_revision(3, Some(2.0));
+    store
+        .put_revision(&revision.hash, &revision.normalized)
+        .await
+        .unwrap();
+    store.publish_revision(&revision.hash).await.unwrap();
+    let queue = Arc::new(EmbeddedQueue::new(QueueSettings::default()));
+    let state = ApiState::new(
+        store.clone(),
+        queue.clone(),
+        Arc::new(EmbeddedNotifier::default()),
+        LiveSettings::default(),
+    );
+    Api {
+        store,
+        queue,
+        router: afe_api::router(state, Token::required(TOKEN)),
+        dir,
+    }
+}
+
+impl Api {
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string())),
+            None => request.body(Body::empty()),
+        }
+        .unwrap();
+        let answer = self.router.clone().oneshot(request).await.unwrap();
+        let status = answer.status();
+        // A live stream never ends: its status is the answer.
+        if answer
+            .headers()
+            .get("content-type")
+            .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"))
+        {
+            return (status, Value::Null);
+        }
+        let bytes = answer.into_body().collect().await.unwrap().to_bytes();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value)
+    }
+
+    async fn ok(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        self.call(method, path, Some(TOKEN), body).await
+    }
+
+    async fn start(&self, n: i64) -> String {
+        let (status, ticket) = self
+            .ok(
+                "POST",
+                "/v1/tickets",
+                Some(json!({"flow": "work", "input": {"n": n}})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{ticket}");
+        ticket["id"].as_str().unwrap().to_string()
+    }
+
+    async fn close(self) {
+        self.store.close().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every operation of the generated document, with its path's parameters filled in.
+fn operations() -> Vec<(String, String)> {
+    let document = serde_json::to_value(afe_api::openapi()).unwrap();
+    let mut out = Vec::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for method in ["get", "post", "put", "patch", "delete"] {
+            if item.get(method).is_some() {
+                let filled = path.replace("{id}", "some-ticket").replace("{hash}", "abc");
+                out.push((method.to_uppercase(), filled));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_route_but_health_refuses_a_missing_or_wrong_token() {
+    let api = api().await;
+    let operations = operations();
+    // The document is the router's: it has every route the issue names.
+    assert!(operations.len() >= 20, "{operations:?}");
+    for (method, path) in &operations {
+        for token in [None, Some("wrong-token"), Some(&TOKEN[..TOKEN.len() - 1])] {
+            let (status, body) = api.call(method, path, token, None).await;
+            if PUBLIC_PATHS.contains(&path.as_str()) {
+                assert_ne!(status, StatusCode::UNAUTHORIZED, "{method} {path}");
+            } else {
+                assert_eq!(
+                    status,
+                    StatusCode::UNAUTHORIZED,
+                    "{method} {path} with {token:?}: {body}"
+                );
+                assert_eq!(body["code"], "AFE-API-001", "{method} {path}");
+            }
+        }
+        // The right token gets past the gate (whatever the route then says of "some-ticket").
+        let (status, body) = api.call(method, path, Some(TOKEN), None).await;
+        assert_ne!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {body}");
+    }
+    // A path no route has is refused before routing: the gate is in front of everything.
+    let (status, _) = api.call("GET", "/v1/nothing-here", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    api.close().await;
+}
+
+#[tokio::test]
+async fn health_is_public_and_readiness_checks_the_store_and_broker() {
+    let api = api().await;
+    let (status, body) = api.call("GET", "/healthz", None, None).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
+    let (status, body) = api.call("GET", "/readyz", None, None).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
+    // With the store closed, not ready, and every store route answers 503 with the store's code.
+    api.store.close().await;
+    let (status, body) = api.call("GET", "/readyz", None, None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        body["problems"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("AFE-STO-001")
+    );
+    let (status, body) = api.ok("GET", "/v1/tickets", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["code"], "AFE-STO-001");
+    let _ = std::fs::remove_dir_all(&api.dir);
+}
+
+#[tokio::test]
+async fn a_ticket_starts_only_on_input_its_schema_accepts() {
+    let api = api().await;
+    let (status, body) = api
+        .ok(
+            "POST",
+            "/v1/tickets",
+            Some(json!({"flow": "work", "input": {"n": "three"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["code"], "AFE-API-002");
+    assert!(
+        body["problems"][0].as_str().unwrap().contains("/n"),
+        "{body}"
+    );
+    let (status, body) = api
+        .ok(
+            "POST",
+            "/v1/tickets",
+            Some(json!({"flow": "nope", "input": {}})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("AFE-API-003"))
+    );
+    let (status, body) = api
+        .ok("POST", "/v1/tickets", Some(json!({"flow": 3})))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("AFE-API-005"))
+    );
+    assert_eq!(api.queue.depth().await.unwrap(), 0, "nothing was queued");
+    let id = api.start(3).await;
+    let (status, ticket) = api.ok("GET", &format!("/v1/tickets/{id}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ticket["state"], "queued");
+    assert_eq!(ticket["budgetMicros"], 2_000_000);
+    let current = api.store.current_revision().await.unwrap().unwrap();
+    assert_eq!(ticket["revision"], json!(current.hash));
+    assert_eq!(api.queue.depth().await.unwrap(), 1, "queued for a worker");
+    api.close().await;
+}
+
+#[tokio::test]
+async fn tickets_are_listed_by_cursor_and_filter_and_stopped_as_their_state_allows() {
+    let api = api().await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(api.start(n).await);
+    }
+    let mut seen = Vec::new();
+    let mut path = "/v1/tickets?limit=2".to_string();
+    loop {
+        let (status, page) = api.ok("GET", &path, None).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        seen.extend(
+            page["tickets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_string()),
+        );
+        match page["next"].as_str() {
+            Some(next) => path = format!("/v1/tickets?limit=2&cursor={next}"),
+            None => break,
+        }
+    }
+    seen.sort();
+    let mut all = ids.clone();
+    all.sort();
+    assert_eq!(seen, all, "every ticket once");
+    let (status, body) = api.ok("GET", "/v1/tickets?cursor=nonsense", None).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("AFE-API-005"))
+    );
+    let (status, body) = api.ok("GET", "/v1/tickets?limit=0", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = api.ok("GET", "/v1/tickets?state=sleeping", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // Cancel one, pause and resume another.
+    let (status, body) = api
+        .ok(
+            "POST",
+            &format!("/v1/tickets/{}/cancel", ids[0]),
+            Some(json!({"reason": "not needed"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (body["state"].as_str(), body["reason"].as_str()),
+        (Some("cancelled"), Some("not needed"))
+    );
+    let (status, body) = api
+        .ok("POST", &format!("/v1/tickets/{}/cancel", ids[0]), None)
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("AFE-STO-008"))
+    );
+    let (status, body) = api
+        .ok("POST", &format!("/v1/tickets/{}/pause", ids[1]), None)
+        .await;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (StatusCode::OK, Some("paused"))
+    );
+    let (_, listed) = api.ok("GET", "/v1/tickets?state=paused", None).await;
+    assert_eq!(listed["tickets"].as_array().unwrap().len(), 1);
+    let (status, body) = api
+        .ok("POST", &format!("/v1/tickets/{}/resume", ids[1]), None)
+        .await;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (StatusCode::OK, Some("queued"))
+    );
+    let (status, body) = api
+        .ok("POST", &format!("/v1/tickets/{}/resume", ids[1]), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, body) = api.ok("POST", "/v1/tickets/no-such/cancel", None).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("AFE-STO-004"))
+    );
+    let (status, events) = api
+        .ok(
+            "GET",
+            &format!("/v1/tickets/{}/events?after=0", ids[0]),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let kinds: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["ticket.created", "ticket.cancelled"]);
+    api.close().await;
+}
+
+#[tokio::test]
+async fn a_rerun_from_a_completed_node_is_a_new_ticket_that_keeps_the_nodes_before_it() {
+    let api = api().await;
+    let id = api.start(1).await;
+    // A worker ran n1 and n2 of the ticket, then it failed at n3.
+    let (lease, _) = api
+        .store
+        .claim(&id, "w", std::time::Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    for node in ["n1", "n2"] {
+        api.store.start_node(&lease, node).await.unwrap();
+        api.store
+            .complete_node(
+                &lease,
+                Completion::output_only(node, json!({"by": node}), "t"),
+            )
+            .await
+            .unwrap();
+    }
+    api.store.start_node(&lease, "n3").await.unwrap();
+    api.store.fail_node(&lease, "n3", "it broke").await.unwrap();
+    let (status, body) = api
+        .ok(
+            "POST",
+            &format!("/v1/tickets/{id}/rerun"),
+            Some(json!({"from": "n7"})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("AFE-API-006"))
+    );
+    let (status, body) = api
+        .ok(
+            "POST",
+            &format!("/v1/tickets/{id}/rerun"),
+            Some(json!({"from": "n3"})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("AFE-STO-008")),
+        "n3 never completed"
+    );
+    let (status, rerun) = api
+        .ok(
+            "POST",
+            &format!("/v1/tickets/{id}/rerun"),
+            Some(json!({"from": "n2"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{rerun}");
+    let new_id = rerun["id"].as_str().unwrap();
+    assert_ne!(new_id, id);
+    let (_, nodes) = api
+        .ok("GET", &format!("/v1/tickets/{new_id}/nodes"), None)
+        .await;
+    let kept: Vec<(&str, &str)> = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["node"].as_str().unwrap(), n["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kept, [("n1", "completed")]);
+    let (_, ledger) = api
+        .ok("GET", &format!("/v1/tickets/{new_id}/ledger"), None)
+        .await;
+    assert_eq!(ledger["budgetMicros"], 2_000_000);
+    assert_eq!(ledger["entries"].as_array().unwrap().len(), 0);
+    api.close().await;
+}
+
+#[tokio::test]
+async fn revisions_are_listed_and_the_current_one_has_its_document() {
+    let api = api().await;
+    let (status, current) = api.ok("GET", "/v1/revisions/current", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(current["current"], true);
+    assert!(current["document"]["flows"]["work"].is_object());
+    let hash = current["hash"].as_str().unwrap();
+    let (status, one) = api.ok("GET", &format!("/v1/revisions/{hash}"), None).await;
+    assert_eq!((status, one["hash"].as_str()), (StatusCode::OK, Some(hash)));
+    let (status, _) = api.ok("GET", "/v1/revisions/0000", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, all) = api.ok("GET", "/v1/revisions", None).await;
+    assert_eq!(all.as_array().unwrap().len(), 1);
+    let (status, text) = api.ok("GET", "/metrics", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        text.as_str()
+            .unwrap()
+            .contains("afe_tickets{state=\"queued\"} 0"),
+        "{text}"
+    );
+    api.close().await;
+}
+
+/// The document in the repository is the one the code generates; `AFE_UPDATE_OPENAPI=1`
+/// rewrites it.
+#[test]
+fn the_checked_in_openapi_document_is_the_generated_one() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    let generated = afe_api::openapi_text();
+    if std::env::var_os("AFE_UPDATE_OPENAPI").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "docs/openapi.json is not what the code generates: run `AFE_UPDATE_OPENAPI=1 cargo test -p afe-api --test api` and commit it"
+    );
+}
