@@ -103,6 +103,16 @@ impl Api {
         ticket["id"].as_str().unwrap().to_string()
     }
 
+    /// The ticket, held as a worker would hold it.
+    async fn claim(&self, id: &str) -> afe_store::Lease {
+        let held = self
+            .store
+            .claim(id, "w", std::time::Duration::from_secs(60))
+            .await
+            .unwrap();
+        held.unwrap().0
+    }
+
     async fn close(self) {
         self.store.close().await;
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -335,12 +345,7 @@ async fn a_rerun_from_a_completed_node_is_a_new_ticket_that_keeps_the_nodes_befo
     let api = api().await;
     let id = api.start(1).await;
     // A worker ran n1 and n2 of the ticket, then it failed at n3.
-    let (lease, _) = api
-        .store
-        .claim(&id, "w", std::time::Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = api.claim(&id).await;
     for node in ["n1", "n2"] {
         api.store.start_node(&lease, node).await.unwrap();
         api.store
@@ -443,4 +448,70 @@ fn the_checked_in_openapi_document_is_the_generated_one() {
         checked_in == generated,
         "docs/openapi.json is not what the code generates: run `AFE_UPDATE_OPENAPI=1 cargo test -p afe-api --test api` and commit it"
     );
+}
+
+/// A subscriber that does not read while more than its buffer of events arrive is dropped with
+/// TooSlow (never buffered without bound) after handing out what it had, in order; one that
+/// keeps up sees every event once.
+#[tokio::test]
+async fn a_subscriber_that_falls_behind_its_buffer_is_dropped_and_one_that_keeps_up_is_not() {
+    let api = api().await;
+    let notifier = Arc::new(EmbeddedNotifier::default());
+    let hub = afe_api::Hub::new(
+        api.store.clone(),
+        notifier.clone(),
+        LiveSettings {
+            buffer: 4,
+            ..LiveSettings::default()
+        },
+    );
+    let id = api.start(1).await;
+    let mut slow = hub.subscribe(&id, 0).await.unwrap();
+    let mut fast = hub.subscribe(&id, 0).await.unwrap();
+    // The fast one catches up with the log as it is (ticket.created).
+    assert_eq!(fast.next().await.unwrap().kind, "ticket.created");
+    let lease = api.claim(&id).await;
+    for n in 0..10 {
+        let event = api
+            .store
+            .record(&lease, "test.tick", json!({"n": n}))
+            .await
+            .unwrap();
+        afe_queue::Notifier::publish(
+            notifier.as_ref(),
+            &afe_queue::Notice {
+                ticket: id.clone(),
+                seq: event.seq,
+                kind: event.kind,
+            },
+        )
+        .await
+        .unwrap();
+        // The fast one reads as they come.
+        loop {
+            let got = fast.next().await.unwrap();
+            if got.seq == event.seq {
+                break;
+            }
+        }
+    }
+    assert_eq!(fast.last(), api.store.last_seq(&id).await.unwrap());
+    assert_eq!(hub.subscribers(), 2);
+    // The slow one gets what the store has, in order, then is told it fell behind.
+    let mut seqs = Vec::new();
+    let ended = loop {
+        match slow.next().await {
+            Ok(event) => seqs.push(event.seq),
+            Err(ended) => break ended,
+        }
+    };
+    assert!(
+        matches!(ended, afe_api::live::Ended::TooSlow { .. }),
+        "{ended:?}"
+    );
+    let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
+    assert_eq!(seqs, expected, "in order, once each");
+    drop(slow);
+    assert_eq!(hub.subscribers(), 1);
+    api.close().await;
 }

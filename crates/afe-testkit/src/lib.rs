@@ -255,10 +255,9 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// A config with one flow, `work`, of `nodes` exec nodes in a chain (`n1` ← `n2` ← …), input
-/// Schema `job`, and the flow's budget when given; returned as its revision.
-pub fn chain_revision(nodes: usize, budget_usd: Option<f64>) -> Revision {
-    let dir = scratch("afe-config");
+/// Writes into `dir` a config with one flow, `work`, of `nodes` exec nodes in a chain (`n1` ←
+/// `n2` ← …), input Schema `job` (an integer `n`), and the flow's budget when given.
+pub fn chain_config(dir: &Path, nodes: usize, budget_usd: Option<f64>) {
     let mut flow = String::from(
         "apiVersion: afe.dev/v1alpha1\nkind: Flow\nmetadata: {name: work}\nspec:\n  input: job\n",
     );
@@ -282,6 +281,12 @@ pub fn chain_revision(nodes: usize, budget_usd: Option<f64>) -> Revision {
         "apiVersion: afe.dev/v1alpha1\nkind: Schema\nmetadata: {name: job}\nspec:\n  fields: {n: integer}\n",
     )
     .unwrap();
+}
+
+/// The revision of `chain_config`'s config.
+pub fn chain_revision(nodes: usize, budget_usd: Option<f64>) -> Revision {
+    let dir = scratch("afe-config");
+    chain_config(&dir, nodes, budget_usd);
     let config = afe_config::load_folder(&dir).unwrap_or_else(|e| panic!("{e}"));
     std::fs::remove_dir_all(&dir).unwrap();
     Revision::of(&config)

@@ -35,6 +35,10 @@ pub struct Step {
     /// Save a checkpoint bundle of this many bytes.
     #[serde(default)]
     pub checkpoint_bytes: usize,
+    /// Wait, after the sleep, until this file exists: a gate a test opens when it is ready,
+    /// instead of a time it hopes is long enough.
+    #[serde(default)]
+    pub until_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -85,6 +89,11 @@ impl NodeExecutor for ScriptedExecutor {
             .clone();
         self.note("start", &call)?;
         tokio::time::sleep(Duration::from_millis(step.sleep_ms)).await;
+        if let Some(gate) = &step.until_file {
+            while !gate.exists() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         let mut settlements = Vec::new();
         if step.cost_usd > 0.0 {
             let reservation = call

@@ -36,7 +36,13 @@ pub struct Engine {
     pub revision: String,
     script: PathBuf,
     pub calls: PathBuf,
+    budget_usd: Option<f64>,
+    /// Kept open: a server writes its address there first.
+    outputs: Vec<std::process::ChildStdout>,
 }
+
+/// The token every `afe serve` of these tests needs.
+pub const TOKEN: &str = "engine-test-token-0123456789abcdef";
 
 /// A step the scripted executor wrote: `start|paid|done|fail TICKET NODE ATTEMPT`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,7 +105,48 @@ impl Engine {
             revision: revision.hash,
             script,
             calls,
+            budget_usd,
+            outputs: Vec::new(),
         }
+    }
+
+    /// The config folder `afe serve -c` publishes: the same chain flow as the stored revision.
+    pub fn config_dir(&self) -> PathBuf {
+        let config = self.dir.join("config");
+        if !config.exists() {
+            std::fs::create_dir_all(&config).unwrap();
+            afe_testkit::chain_config(&config, 3, self.budget_usd);
+        }
+        config
+    }
+
+    /// Starts `afe serve NAME -c DIR/config` on the engine's store and broker, on a port of its
+    /// own; its base URL. Its log goes to DIR/NAME.log.
+    pub fn serve(&mut self, name: &str) -> String {
+        use std::io::BufRead;
+        let config = self.config_dir();
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_afe"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--watch-every", "200ms"])
+            .arg("-c")
+            .arg(&config)
+            .args(["--store", &self.store_url, "--broker", &self.broker])
+            .args(["--prefix", &self.prefix])
+            .env("AFE_API_TOKEN", TOKEN)
+            .env("AFE_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        self.outputs.push(stdout.into_inner());
+        self.workers.push((name.to_string(), child));
+        line.trim()
+            .strip_prefix("afe serve: listening on ")
+            .unwrap_or_else(|| panic!("afe serve said {line:?}\n{}", self.log(name)))
+            .to_string()
     }
 
     pub async fn tickets(&self, count: usize) -> Vec<String> {
@@ -159,7 +206,7 @@ impl Engine {
         self.workers.push((name.to_string(), child));
     }
 
-    fn pid(&self, name: &str) -> u32 {
+    pub fn pid(&self, name: &str) -> u32 {
         self.workers
             .iter()
             .find(|(n, _)| n == name)
