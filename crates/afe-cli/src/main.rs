@@ -5,6 +5,7 @@
 //! - `afe revision [-c DIR] [--explain]`: the config's revision hash (and the normalized document
 //!   that is hashed); a pinned AgentFlowEngine in the folder that does not match is reported.
 //! - `afe crdgen [--out DIR]`: writes the CustomResourceDefinitions.
+//! - `afe engine-image`: the engine image sandboxes start from, built on this Docker if missing.
 //! - `afe worker --store URL --broker URL|embedded ...`: a worker process.
 //! - `afe run --local -c DIR --flow NAME --input FILE`: one ticket to its end on this machine.
 //! - `afe serve [-c DIR] --store URL --broker URL`: the API (afe-api), publishing DIR's revision.
@@ -77,6 +78,9 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Start, read, follow and stop tickets through the API (AFE_SERVER, AFE_API_TOKEN).
     Ticket(Box<client::TicketArgs>),
+    /// Make sure this machine's Docker has the engine image sandboxes start from (netlock and the
+    /// proxy), building it from the static af-proxy (AF_PROXY_BINARY) when missing; print its tag.
+    EngineImage,
     /// Write the CustomResourceDefinitions of every afe kind.
     Crdgen {
         #[arg(long, default_value = afe_config::crd::CRD_DIR)]
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(*args),
         Command::Serve(args) => serve::run(*args),
         Command::Ticket(args) => client::run(*args),
+        Command::EngineImage => engine_image(),
     }
 }
 
@@ -224,6 +229,27 @@ fn revision(dir: &Path, objects: bool, explain: bool) -> ExitCode {
         Err(invalid) => {
             eprint!("{}", report::render(&invalid));
             ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+fn engine_image() -> ExitCode {
+    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+        return ExitCode::FAILURE;
+    };
+    let made = runtime.block_on(async {
+        let docker = af_docker::connect().await?;
+        af_docker::engine_image::ensure(&docker).await
+    });
+    match made {
+        Ok(tag) => {
+            println!("{tag}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let err = af_runtime::RuntimeError::from(err);
+            eprintln!("afe engine-image: {err}\n  help: {}", err.help());
+            ExitCode::from(EXIT_FAILED)
         }
     }
 }

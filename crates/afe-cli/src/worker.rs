@@ -19,7 +19,7 @@ const EXIT_CANNOT_START: u8 = 4;
 pub struct WorkerArgs {
     #[command(flatten)]
     backends: crate::broker::Backends,
-    /// This worker's name (default: worker-PID).
+    /// This worker's name (default: worker-HOSTNAME-PID).
     #[arg(long)]
     id: Option<String>,
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -59,6 +59,19 @@ pub struct WorkerArgs {
     otlp_capture_prompts: bool,
     #[command(flatten)]
     sandbox: crate::sandbox_args::SandboxArgs,
+}
+
+/// `worker-HOST-PID`: unique across containers and pods, where every worker is PID 1 (the host
+/// name is the container's or the pod's).
+fn default_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    if host.is_empty() {
+        format!("worker-{}", std::process::id())
+    } else {
+        format!("worker-{host}-{}", std::process::id())
+    }
 }
 
 fn cannot_start(what: &str, err: impl std::fmt::Display, help: &str) -> ExitCode {
@@ -148,10 +161,7 @@ async fn serve(args: WorkerArgs, scripted: Option<Arc<dyn NodeExecutor>>) -> Exi
         Ok(pair) => pair,
         Err(err) => return cannot_start("cannot reach the broker", &err, err.help()),
     };
-    let id = args
-        .id
-        .clone()
-        .unwrap_or_else(|| format!("worker-{}", std::process::id()));
+    let id = args.id.clone().unwrap_or_else(default_id);
     let executor = match scripted {
         Some(scripted) => scripted,
         None => match args.sandbox.executor(store.clone(), &id).await {
