@@ -10,11 +10,11 @@ mod engine;
 use std::time::{Duration, Instant};
 
 use afe_store::{Admin, Store, TicketState};
+use engine::api::{Socket, afe_ticket_with, http_client, next_event};
 use engine::{Engine, Pair, TOKEN};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 fn servers() -> Pair {
     Pair::Servers {
@@ -23,82 +23,17 @@ fn servers() -> Pair {
     }
 }
 
-/// An HTTP client (reqwest is built without a TLS provider of its own).
-fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
-}
-
 /// `afe ticket ARGS` against `server` with the right token; its status, stdout and stderr.
 fn afe_ticket(server: &str, args: &[&str]) -> (i32, String, String) {
     afe_ticket_with(server, Some(TOKEN), args)
 }
 
-fn afe_ticket_with(server: &str, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_afe"));
-    command.arg("ticket").args(args).args(["--server", server]);
-    command.env_remove("AFE_API_TOKEN");
-    if let Some(token) = token {
-        command.env("AFE_API_TOKEN", token);
-    }
-    let out = command.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn start_ticket(server: &str, dir: &std::path::Path, n: i64) -> Value {
-    let input = dir.join(format!("input-{n}.json"));
-    std::fs::write(&input, json!({"n": n}).to_string()).unwrap();
-    let (status, out, err) = afe_ticket(
-        server,
-        &[
-            "start",
-            "--flow",
-            "work",
-            "--input",
-            input.to_str().unwrap(),
-            "--json",
-        ],
-    );
-    assert_eq!(status, 0, "{err}");
-    serde_json::from_str(&out).unwrap()
+    engine::api::start_ticket(server, TOKEN, dir, "work", json!({"n": n}))
 }
 
-async fn websocket(
-    server: &str,
-    ticket: &str,
-    after: i64,
-) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
-    let url = format!(
-        "{}/v1/tickets/{ticket}/events/ws?after={after}",
-        server.replace("http://", "ws://")
-    );
-    let mut request = url.into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    tokio_tungstenite::connect_async(request).await.unwrap().0
-}
-
-/// The next event the socket brings.
-async fn next_event(
-    socket: &mut tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
-) -> Value {
-    loop {
-        let message = tokio::time::timeout(Duration::from_secs(60), socket.next())
-            .await
-            .expect("an event within a minute")
-            .expect("the socket stays open")
-            .unwrap();
-        if let Message::Text(text) = message {
-            return serde_json::from_str(&text).unwrap();
-        }
-    }
+async fn websocket(server: &str, ticket: &str, after: i64) -> Socket {
+    engine::api::websocket(server, TOKEN, ticket, after).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod api;
 pub mod restarts;
 
 use afe_queue::{Queue, QueueSettings, RedisQueue};
