@@ -62,3 +62,15 @@ pub fn limit(asked: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError
         )),
     }
 }
+
+/// A position asked for (an event id, a time): not negative (`default` when absent).
+pub fn at_least_zero(name: &str, asked: Option<i64>, default: i64) -> Result<i64, ApiError> {
+    match asked {
+        None => Ok(default),
+        Some(n) if n >= 0 => Ok(n),
+        Some(n) => Err(ApiError::new(
+            ApiCode::BadRequest,
+            format!("{name} {n} is negative: ask for 0 or more"),
+        )),
+    }
+}

@@ -16,7 +16,7 @@ use futures_util::Stream;
 
 use crate::ApiState;
 use crate::error::{ApiCode, ApiError, Problem};
-use crate::extract::Params;
+use crate::extract::{Params, at_least_zero};
 use crate::live::{AllSubscription, CLOSE_TOO_SLOW, Ended, Subscription};
 use crate::views::{AllEventsQuery, EventView, EventsQuery};
 
@@ -41,8 +41,8 @@ fn json(event: &Event) -> String {
 
 /// Where a per-ticket stream starts: `after`, else the `Last-Event-ID` header, else 0.
 fn start_after(query: &EventsQuery, headers: &HeaderMap) -> Result<i64, ApiError> {
-    if let Some(after) = query.after {
-        return Ok(after.max(0));
+    if query.after.is_some() {
+        return at_least_zero("after", query.after, 0);
     }
     match headers.get("last-event-id") {
         None => Ok(0),
@@ -105,7 +105,11 @@ pub async fn all_ws(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let upgrade = upgrade.map_err(|_| not_a_websocket())?;
-    let source = Source::All(state.hub.subscribe_all(query.since));
+    let since = query
+        .since
+        .map(|since| at_least_zero("since", Some(since), 0))
+        .transpose()?;
+    let source = Source::All(state.hub.subscribe_all(since));
     let timeout = state.hub.settings().send_timeout;
     Ok(upgrade.on_upgrade(move |socket| pump_ws(socket, source, timeout)))
 }
@@ -201,5 +205,9 @@ pub async fn all_sse(
     State(state): State<ApiState>,
     Params(query): Params<AllEventsQuery>,
 ) -> Result<Response, ApiError> {
-    Ok(sse(Source::All(state.hub.subscribe_all(query.since))).into_response())
+    let since = query
+        .since
+        .map(|since| at_least_zero("since", Some(since), 0))
+        .transpose()?;
+    Ok(sse(Source::All(state.hub.subscribe_all(since))).into_response())
 }

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 
 use crate::ApiState;
 use crate::error::{ApiCode, ApiError, Problem};
-use crate::extract::{Body, Params, limit};
+use crate::extract::{Body, Params, at_least_zero, limit};
 use crate::views::{
     CancelTicket, EventView, EventsQuery, LedgerView, ListQuery, NodeRunView, RerunTicket,
     StartTicket, TicketList, TicketView,
@@ -262,7 +262,7 @@ pub async fn events(
     Params(query): Params<EventsQuery>,
 ) -> Result<Json<Vec<EventView>>, ApiError> {
     state.store.ticket(&id).await?;
-    let after = query.after.unwrap_or(0).max(0);
+    let after = at_least_zero("after", query.after, 0)?;
     let events = state
         .store
         .events(&id, after, limit(query.limit, 200, 1000)?)

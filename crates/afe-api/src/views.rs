@@ -262,6 +262,7 @@ pub struct ListQuery {
     /// Created before (ms since the Unix epoch).
     pub created_before: Option<i64>,
     /// The `next` of the page before.
+    #[param(pattern = r"^[0-9]{1,18}\.[0-9A-Za-z-]{1,64}$")]
     pub cursor: Option<String>,
     /// At most this many (1 to 500; default 50).
     #[param(minimum = 1, maximum = 500)]
