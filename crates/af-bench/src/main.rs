@@ -11,6 +11,8 @@
 //!   the store's transactions alone.
 //! - `af-bench turns`: the engine's own time per model turn of a deep node, against the client
 //!   alone.
+//! - `af-bench api`: `afe serve` — a ticket started through the API against the bare store insert
+//!   and enqueue; a thousand WebSocket subscribers of one ticket's events against one.
 //! - `af-bench sandbox`: afe's Docker sandbox — open against `docker run`, a command against
 //!   `docker exec`, a checkpoint against a whole bundle, a restore against a fresh clone.
 //!
@@ -18,6 +20,7 @@
 //! packages). Nothing leaves the machine: the origin and the upstream resolver sit at TEST-NET
 //! addresses in the benchmark's own namespace.
 
+mod api;
 mod bare_hyper;
 mod cpu;
 mod dnsload;
@@ -148,6 +151,24 @@ enum Command {
         #[arg(long)]
         postgres: bool,
     },
+    /// afe serve: ticket start through the API against the bare store insert + enqueue; live
+    /// WebSocket subscribers' delivery latency and serve's memory per subscriber.
+    Api {
+        /// Tickets per measurement.
+        #[arg(long, default_value_t = 500)]
+        tickets: usize,
+        /// Concurrent clients in the second measurement.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        #[arg(long, default_value_t = 1000)]
+        subscribers: usize,
+        /// Events written while they listen.
+        #[arg(long, default_value_t = 50)]
+        events: usize,
+        /// The `afe` binary (default: the one next to this binary).
+        #[arg(long)]
+        afe: Option<std::path::PathBuf>,
+    },
     /// (internal) The origin servers, run inside the benchmark's namespace.
     #[command(hide = true)]
     Origin,
@@ -213,6 +234,25 @@ fn main() -> Result<()> {
                 workers,
                 rate,
                 paced,
+                afe,
+            }))
+        }
+        Command::Api {
+            tickets,
+            clients,
+            subscribers,
+            events,
+            afe,
+        } => {
+            let afe = match afe {
+                Some(afe) => afe,
+                None => std::env::current_exe()?.with_file_name("afe"),
+            };
+            runtime.block_on(api::run(api::Options {
+                tickets,
+                clients: clients.max(1),
+                subscribers: subscribers.max(1),
+                events: events.max(1),
                 afe,
             }))
         }

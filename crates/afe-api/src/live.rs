@@ -438,11 +438,20 @@ impl AllSubscription {
                 continue;
             }
             match self.receiver.recv().await {
-                Ok(event) => {
-                    if self.fresh(&event) {
-                        return Ok(event);
+                Ok(event) => match self.seen.get(&event.ticket) {
+                    // A gap in a ticket this client has seen (a lost notice): the store has it.
+                    Some(seen) if event.seq > seen + 1 => {
+                        let missing = read_after(self.store.as_ref(), &event.ticket, *seen)
+                            .await
+                            .map_err(Ended::Store)?;
+                        self.backlog.extend(missing);
                     }
-                }
+                    _ => {
+                        if self.fresh(&event) {
+                            return Ok(event);
+                        }
+                    }
+                },
                 Err(RecvError::Lagged(_)) => return Err(Ended::TooSlow { last: 0 }),
                 Err(RecvError::Closed) => return Err(Ended::Closed),
             }

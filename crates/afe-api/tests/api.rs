@@ -515,3 +515,63 @@ async fn a_subscriber_that_falls_behind_its_buffer_is_dropped_and_one_that_keeps
     assert_eq!(hub.subscribers(), 1);
     api.close().await;
 }
+
+/// The stream of every ticket: what was written since a time is replayed first, then new events
+/// of any ticket arrive live, each once.
+#[tokio::test]
+async fn the_all_tickets_stream_replays_since_a_time_then_goes_live_once_each() {
+    let api = api().await;
+    let notifier = Arc::new(EmbeddedNotifier::default());
+    let hub = afe_api::Hub::new(api.store.clone(), notifier.clone(), LiveSettings::default());
+    let first = api.start(1).await;
+    let second = api.start(2).await;
+    let mut all = hub.subscribe_all(Some(0));
+    let mut replayed = Vec::new();
+    for _ in 0..2 {
+        let event = all.next().await.unwrap();
+        replayed.push((event.ticket.clone(), event.kind.clone()));
+    }
+    replayed.sort();
+    let mut expected = vec![
+        (first.clone(), "ticket.created".to_string()),
+        (second.clone(), "ticket.created".to_string()),
+    ];
+    expected.sort();
+    assert_eq!(replayed, expected);
+    // Live: an event of the second ticket, announced twice (a duplicate notice) — seen once.
+    let lease = api.claim(&second).await;
+    let event = api
+        .store
+        .record(&lease, "test.live", json!({}))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        afe_queue::Notifier::publish(
+            notifier.as_ref(),
+            &afe_queue::Notice {
+                ticket: second.clone(),
+                seq: event.seq,
+                kind: event.kind.clone(),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let mut live = Vec::new();
+    while live
+        .last()
+        .map(|(_, kind): &(String, String)| kind.as_str())
+        != Some("test.live")
+    {
+        let got = all.next().await.unwrap();
+        live.push((got.ticket.clone(), got.kind.clone()));
+    }
+    assert_eq!(
+        live,
+        [
+            (second.clone(), "ticket.claimed".to_string()),
+            (second.clone(), "test.live".to_string())
+        ]
+    );
+    api.close().await;
+}
