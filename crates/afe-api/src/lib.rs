@@ -92,15 +92,19 @@ impl ApiState {
     /// Tells the other processes (workers, other API replicas) about events written here.
     async fn announce(&self, events: &[afe_store::Event]) {
         for event in events {
-            let notice = afe_queue::Notice {
+            self.announce_notice(afe_queue::Notice {
                 ticket: event.ticket.clone(),
                 seq: event.seq,
                 kind: event.kind.clone(),
-            };
-            if let Err(err) = self.notifier.publish(&notice).await {
-                // The poll of every live feed and worker heartbeat still find it.
-                tracing::debug!(error = %err, "cannot publish a notice");
-            }
+            })
+            .await;
+        }
+    }
+
+    async fn announce_notice(&self, notice: afe_queue::Notice) {
+        if let Err(err) = self.notifier.publish(&notice).await {
+            // The poll of every live feed and the workers' heartbeats still find it.
+            tracing::debug!(error = %err, "cannot publish a notice");
         }
     }
 }

@@ -67,6 +67,15 @@ pub async fn start(
             budget_micros: budget_micros(&document, &start.flow),
         })
         .await?;
+    // A new ticket's log starts with `ticket.created`, seq 1: live streams of every ticket hear
+    // of it now rather than at their next poll.
+    state
+        .announce_notice(afe_queue::Notice {
+            ticket: ticket.id.clone(),
+            seq: 1,
+            kind: "ticket.created".to_string(),
+        })
+        .await;
     wake_a_worker(&state, &ticket.id).await;
     Ok((StatusCode::CREATED, Json(ticket.into())))
 }

@@ -185,6 +185,11 @@ async fn serve(args: ServeArgs, token: Token) -> ExitCode {
             );
         }
     };
+    if args.backends.broker == "embedded" {
+        tracing::warn!(
+            "the broker is embedded: workers in other processes do not hear of new tickets and find them only by their sweep (--requeue-queued-after); give serve and the workers the same --broker redis://…"
+        );
+    }
     if let Some(dir) = &args.config {
         match publish(store.as_ref(), dir).await {
             Ok(Published::Invalid(invalid)) => {
