@@ -26,17 +26,7 @@ struct Api {
 
 async fn api() -> Api {
     let dir = afe_testkit::scratch("afe-api");
-    let store = Arc::new(
-        SqlStore::connect(&afe_testkit::sqlite_url(&dir))
-            .await
-            .unwrap(),
-    );
-    let revision = afe_testkit::chain_revision(3, Some(2.0));
-    store
-        .put_revision(&revision.hash, &revision.normalized)
-        .await
-        .unwrap();
-    store.publish_revision(&revision.hash).await.unwrap();
+    let store = Arc::new(afe_testkit::published_chain_store(&dir, 3, Some(2.0)).await);
     let queue = Arc::new(EmbeddedQueue::new(QueueSettings::default()));
     let state = ApiState::new(
         store.clone(),

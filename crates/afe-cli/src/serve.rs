@@ -34,6 +34,9 @@ pub struct ServeArgs {
     /// For one person on a laptop, never on a network.
     #[arg(long)]
     insecure_no_auth: bool,
+    /// Also serve the web UI, on the same host and port (`/ui`).
+    #[arg(long)]
+    ui: bool,
     /// How many events a live subscriber may fall behind before it is dropped.
     #[arg(long, default_value_t = 1024)]
     live_buffer: usize,
@@ -226,7 +229,13 @@ async fn serve(args: ServeArgs, token: Token) -> ExitCode {
     // Tests and scripts read the address from this line (`--listen 127.0.0.1:0` picks a port).
     println!("afe serve: listening on http://{address}");
     tracing::info!(%address, "serving the API");
-    let app = afe_api::router(state, token);
+    let app = afe_api::router(state.clone(), token.clone());
+    // The UI reads everything through the API's own router, token and all.
+    let app = if args.ui {
+        app.merge(afe_ui::router(afe_api::router(state, token)))
+    } else {
+        app
+    };
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let mut terminate =

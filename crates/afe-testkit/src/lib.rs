@@ -283,6 +283,26 @@ pub fn chain_config(dir: &Path, nodes: usize, budget_usd: Option<f64>) {
     .unwrap();
 }
 
+/// A SQLite store in `dir` with `chain_revision(nodes, budget_usd)` stored and published as the
+/// current revision (what `afe serve -c` would have done).
+pub async fn published_chain_store(
+    dir: &Path,
+    nodes: usize,
+    budget_usd: Option<f64>,
+) -> afe_store::SqlStore {
+    use afe_store::{Admin, Store};
+    let store = afe_store::SqlStore::connect(&sqlite_url(dir))
+        .await
+        .unwrap();
+    let revision = chain_revision(nodes, budget_usd);
+    store
+        .put_revision(&revision.hash, &revision.normalized)
+        .await
+        .unwrap();
+    store.publish_revision(&revision.hash).await.unwrap();
+    store
+}
+
 /// The revision of `chain_config`'s config.
 pub fn chain_revision(nodes: usize, budget_usd: Option<f64>) -> Revision {
     let dir = scratch("afe-config");

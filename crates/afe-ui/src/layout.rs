@@ -1,0 +1,66 @@
+//! The frame every page shares: the navigation, the stylesheet, a main landmark, and how a
+//! refusal of the API is shown.
+
+use maud::{DOCTYPE, Markup, html};
+use serde_json::Value;
+
+use crate::api::Refused;
+
+/// A whole page. `person`: the CSRF token of a signed-in person (the sign-out form), none on the
+/// login page.
+pub fn page(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · afe" }
+                link rel="stylesheet" href="/ui/static/app.css";
+            }
+            body {
+                a class="skip" href="#main" { "Skip to content" }
+                header {
+                    nav aria-label="Main" {
+                        a class="brand" href="/ui" { "afe" }
+                        @if let Some(csrf) = csrf {
+                            a href="/ui" { "Tickets" }
+                            a href="/ui/revisions" { "Revisions" }
+                            form method="post" action="/ui/logout" class="inline" {
+                                input type="hidden" name="csrf" value=(csrf);
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main id="main" {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// What the API said when it refused, with its code and its advice.
+pub fn refusal(refused: &Refused) -> Markup {
+    let text = |key: &str| {
+        refused
+            .problem
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    html! {
+        div class="problem" role="alert" {
+            p { strong { (text("code")) } " " (text("message")) }
+            @if !text("help").is_empty() { p { "What to do: " (text("help")) } }
+        }
+    }
+}
+
+/// A ticket's or a node's state as a badge a screen reader reads as text.
+pub fn state(state: &str) -> Markup {
+    html! { span class={ "state state-" (state) } { (state) } }
+}

@@ -1,0 +1,245 @@
+//! The UI over HTTP, with JavaScript off (no browser: these are the pages as a server sends
+//! them): signing in with a wrong token is refused and keeps nothing; the right one is kept in
+//! an HTTP-only, SameSite=Strict cookie; the views show what the API says; an action without
+//! the page's CSRF token or from another origin does nothing; a rerun needs its confirmation.
+
+use std::sync::Arc;
+
+use afe_api::{ApiState, LiveSettings, Token};
+use afe_queue::{EmbeddedNotifier, EmbeddedQueue, QueueSettings};
+use afe_store::{Admin, Completion, SqlStore, Store};
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::json;
+use tower::ServiceExt;
+
+const TOKEN: &str = "ui-test-token-0123456789abcdef";
+
+struct Site {
+    store: Arc<SqlStore>,
+    app: Router,
+    dir: std::path::PathBuf,
+}
+
+async fn site() -> Site {
+    let dir = afe_testkit::scratch("afe-ui");
+    let store = Arc::new(afe_testkit::published_chain_store(&dir, 3, Some(2.0)).await);
+    let state = ApiState::new(
+        store.clone(),
+        Arc::new(EmbeddedQueue::new(QueueSettings::default())),
+        Arc::new(EmbeddedNotifier::default()),
+        LiveSettings::default(),
+    );
+    let api = afe_api::router(state, Token::required(TOKEN));
+    Site {
+        store,
+        app: api.clone().merge(afe_ui::router(api)),
+        dir,
+    }
+}
+
+struct Answer {
+    status: StatusCode,
+    location: Option<String>,
+    cookie: Option<String>,
+    body: String,
+}
+
+fn cookie_of(token: &str) -> String {
+    let hex: String = token.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{}={hex}", afe_ui::COOKIE_NAME)
+}
+
+impl Site {
+    async fn ask(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        form: Option<&str>,
+    ) -> Answer {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "afe.test");
+        if let Some(token) = token {
+            request = request.header("cookie", cookie_of(token));
+        }
+        let request = match form {
+            Some(form) => request
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(Body::from(form.to_string())),
+            None => request.body(Body::empty()),
+        }
+        .unwrap();
+        let answer = self.app.clone().oneshot(request).await.unwrap();
+        let header = |name: &str| {
+            answer
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        let (status, location, cookie) =
+            (answer.status(), header("location"), header("set-cookie"));
+        let bytes = answer.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            location,
+            cookie,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        }
+    }
+
+    /// An action's form posted from the ticket's page (the session's CSRF token, or `csrf`).
+    async fn act(&self, id: &str, action: &str, form: &str) -> Answer {
+        let form = if form.contains("csrf=") {
+            form.to_string()
+        } else {
+            format!("csrf={}&{form}", afe_ui::csrf_for(TOKEN))
+        };
+        self.ask(
+            "POST",
+            &format!("/ui/tickets/{id}/{action}"),
+            Some(TOKEN),
+            Some(&form),
+        )
+        .await
+    }
+
+    async fn state(&self, id: &str) -> afe_store::TicketState {
+        self.store.ticket(id).await.unwrap().state
+    }
+
+    async fn ticket(&self) -> String {
+        let revision = self.store.current_revision().await.unwrap().unwrap().hash;
+        self.store
+            .create_ticket(&afe_store::NewTicket {
+                flow: "work".into(),
+                input: json!({"n": 1}),
+                revision,
+                budget_micros: Some(2_000_000),
+            })
+            .await
+            .unwrap()
+            .id
+    }
+
+    async fn close(self) {
+        self.store.close().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn signing_in_keeps_the_right_token_only_in_a_strict_http_only_cookie() {
+    let site = site().await;
+    let page = site.ask("GET", "/ui", None, None).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(page.location.as_deref(), Some("/ui/login"));
+    let form = site.ask("GET", "/ui/login", None, None).await;
+    assert!(
+        form.body.contains(r#"<label for="token">"#),
+        "a labelled field"
+    );
+    let wrong = site
+        .ask("POST", "/ui/login", None, Some("token=not-the-token"))
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert!(wrong.cookie.is_none(), "nothing kept");
+    assert!(wrong.body.contains("AFE-API-001"));
+    let right = site
+        .ask("POST", "/ui/login", None, Some(&format!("token={TOKEN}")))
+        .await;
+    assert_eq!(right.status, StatusCode::SEE_OTHER);
+    let cookie = right.cookie.unwrap();
+    assert!(cookie.starts_with(&cookie_of(TOKEN)), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    // A cookie with a wrong token opens nothing: the API refuses it.
+    let forged = site.ask("GET", "/ui", Some("forged"), None).await;
+    assert!(forged.body.contains("AFE-API-001"), "{}", forged.body);
+    assert!(!forged.body.contains("<table"));
+    site.close().await;
+}
+
+#[tokio::test]
+async fn the_views_show_what_the_api_says_without_javascript() {
+    let site = site().await;
+    let id = site.ticket().await;
+    // A worker ran n1.
+    let (lease, _) = site
+        .store
+        .claim(&id, "w1", std::time::Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    site.store.start_node(&lease, "n1").await.unwrap();
+    site.store
+        .complete_node(
+            &lease,
+            Completion::output_only("n1", json!({"said": "hello"}), "t"),
+        )
+        .await
+        .unwrap();
+    let list = site.ask("GET", "/ui", Some(TOKEN), None).await;
+    assert_eq!(list.status, StatusCode::OK);
+    assert!(
+        list.body.contains(&format!("/ui/tickets/{id}")),
+        "{}",
+        list.body
+    );
+    assert!(list.body.contains("state-running"));
+    assert!(!list.body.contains("<script"), "no script needed to read");
+    let filtered = site.ask("GET", "/ui?state=done", Some(TOKEN), None).await;
+    assert!(!filtered.body.contains(&format!("/ui/tickets/{id}")));
+    let page = site
+        .ask("GET", &format!("/ui/tickets/{id}"), Some(TOKEN), None)
+        .await;
+    assert_eq!(page.status, StatusCode::OK);
+    for shown in [
+        r#"id="node-n1""#,
+        r#"id="node-n3""#,
+        "hello",
+        "$2.0000",
+        "node.completed",
+    ] {
+        assert!(page.body.contains(shown), "{shown} in {}", page.body);
+    }
+    let revisions = site.ask("GET", "/ui/revisions", Some(TOKEN), None).await;
+    assert!(revisions.body.contains("current"));
+    let css = site.ask("GET", "/ui/static/app.css", None, None).await;
+    assert_eq!(css.status, StatusCode::OK);
+    let missing = site
+        .ask("GET", "/ui/tickets/no-such-ticket", Some(TOKEN), None)
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(missing.body.contains("AFE-STO-004"));
+    site.close().await;
+}
+
+#[tokio::test]
+async fn actions_need_the_pages_csrf_token_and_a_rerun_its_confirmation() {
+    use afe_store::TicketState::{Cancelled, Paused, Queued};
+    let site = site().await;
+    let id = site.ticket().await;
+    let forged = site.act(&id, "cancel", "csrf=0000").await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert_eq!(site.state(&id).await, Queued, "nothing done");
+    let paused = site.act(&id, "pause", "").await;
+    assert_eq!(paused.status, StatusCode::SEE_OTHER);
+    assert_eq!(site.state(&id).await, Paused);
+    // The API's refusal is shown with its code.
+    let again = site.act(&id, "pause", "").await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert!(again.body.contains("AFE-STO-008"));
+    let unconfirmed = site.act(&id, "rerun", "from=n1").await;
+    assert_eq!(unconfirmed.status, StatusCode::BAD_REQUEST);
+    let cancelled = site.act(&id, "cancel", "").await;
+    assert_eq!(cancelled.status, StatusCode::SEE_OTHER);
+    assert_eq!(site.state(&id).await, Cancelled);
+    site.close().await;
+}
