@@ -29,7 +29,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use auth::{PUBLIC_PATHS, Token};
+pub use auth::{PUBLIC_PATHS, SESSION_COOKIE, Token, same_origin, session_token};
 pub use error::{ApiCode, ApiError, Problem};
 pub use live::{CLOSE_TOO_SLOW, Hub, LiveSettings};
 pub use publish::{Published, publish_folder};

@@ -565,3 +565,50 @@ async fn the_all_tickets_stream_replays_since_a_time_then_goes_live_once_each() 
     );
     api.close().await;
 }
+
+/// A browser signed in to the UI reads with its session cookie (a WebSocket cannot carry a
+/// header), only with GET and only from this server's pages; a change needs the header.
+#[tokio::test]
+async fn the_session_cookie_reads_from_this_origin_only_and_changes_nothing() {
+    let api = api().await;
+    let id = api.start(1).await;
+    let hex: String = TOKEN.bytes().map(|b| format!("{b:02x}")).collect();
+    let ask = |method: &str, origin: Option<&str>, cookie: &str| {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("/v1/tickets/{id}"))
+            .header("host", "afe.test")
+            .header("cookie", format!("{}={cookie}", afe_api::SESSION_COOKIE));
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        api.router
+            .clone()
+            .oneshot(request.body(Body::empty()).unwrap())
+    };
+    assert_eq!(
+        ask("GET", None, &hex).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        ask("GET", Some("http://afe.test"), &hex)
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    for (method, origin, cookie) in [
+        ("GET", Some("https://evil.example"), hex.as_str()),
+        ("GET", None, "77726f6e67"),
+        ("GET", None, "not-hex"),
+        ("POST", None, hex.as_str()),
+    ] {
+        let status = ask(method, origin, cookie).await.unwrap().status();
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "{method} {origin:?} {cookie}"
+        );
+    }
+    api.close().await;
+}

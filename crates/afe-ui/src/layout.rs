@@ -6,9 +6,28 @@ use serde_json::Value;
 
 use crate::api::Refused;
 
-/// A whole page. `person`: the CSRF token of a signed-in person (the sign-out form), none on the
+/// What a page's script follows live: nothing, every ticket (the tickets list), or one ticket
+/// after the last event the page shows.
+#[derive(Clone, Copy, Debug)]
+pub enum Live<'a> {
+    Nothing,
+    Tickets,
+    Ticket { id: &'a str, after: i64 },
+}
+
+/// A whole page. `csrf`: the CSRF token of a signed-in person (the sign-out form), none on the
 /// login page.
 pub fn page(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
+    live_page(title, csrf, Live::Nothing, body)
+}
+
+/// A page whose script follows `live`.
+pub fn live_page(title: &str, csrf: Option<&str>, live: Live, body: Markup) -> Markup {
+    let (ticket, after, list) = match live {
+        Live::Nothing => (None, None, None),
+        Live::Tickets => (None, None, Some("tickets")),
+        Live::Ticket { id, after } => (Some(id), Some(after), None),
+    };
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -17,8 +36,9 @@ pub fn page(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · afe" }
                 link rel="stylesheet" href="/ui/static/app.css";
+                @if csrf.is_some() { script src="/ui/static/app.js" defer {} }
             }
-            body {
+            body data-ticket=[ticket] data-after=[after] data-live=[list] {
                 a class="skip" href="#main" { "Skip to content" }
                 header {
                     nav aria-label="Main" {

@@ -47,6 +47,7 @@ pub fn router(api: Router) -> Router {
         .route("/ui/tickets/{id}/{action}", post(ticket::act))
         .route("/ui/revisions", get(revisions::view))
         .route("/ui/static/app.css", get(stylesheet))
+        .route("/ui/static/app.js", get(script))
         .with_state(Ui { api: Api::new(api) })
 }
 
@@ -77,6 +78,17 @@ async fn stylesheet() -> Response {
             (CACHE_CONTROL, "public, max-age=3600"),
         ],
         include_str!("../assets/app.css"),
+    )
+        .into_response()
+}
+
+async fn script() -> Response {
+    (
+        [
+            (CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        include_str!("../assets/app.js"),
     )
         .into_response()
 }

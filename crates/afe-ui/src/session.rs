@@ -4,40 +4,21 @@
 //! site can neither read it nor make it.
 
 use axum::extract::FromRequestParts;
-use axum::http::header::{COOKIE, HOST, ORIGIN};
+
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Redirect, Response};
 use sha2::{Digest, Sha256};
 
-pub const COOKIE_NAME: &str = "afe_session";
+pub const COOKIE_NAME: &str = afe_api::SESSION_COOKIE;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// The session's token, from the request's cookies.
 pub fn token_of(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE_NAME)
-        .and_then(|(_, value)| unhex(value))
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .filter(|token| !token.is_empty())
+    afe_api::session_token(headers)
 }
 
 /// The cookie that keeps `token`.
@@ -66,16 +47,7 @@ pub fn csrf_for(token: &str) -> String {
 /// A request that changes something is accepted only from a page of this server: its form's
 /// CSRF token matches the session's, and its Origin, when the browser sends one, is this host.
 pub fn allowed(person: &Person, csrf: &str, headers: &HeaderMap) -> bool {
-    let same_origin = match (headers.get(ORIGIN), headers.get(HOST)) {
-        (Some(origin), Some(host)) => origin
-            .to_str()
-            .ok()
-            .and_then(|o| o.split_once("://").map(|(_, rest)| rest.to_string()))
-            .is_some_and(|o| host.to_str().is_ok_and(|h| h == o)),
-        (Some(_), None) => false,
-        (None, _) => true,
-    };
-    same_origin && csrf.len() == person.csrf.len() && csrf == person.csrf
+    afe_api::same_origin(headers) && csrf.len() == person.csrf.len() && csrf == person.csrf
 }
 
 /// The person behind a request: their token and their CSRF token. Without a session, the
@@ -103,6 +75,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Person {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header::{COOKIE, HOST, ORIGIN};
 
     #[test]
     fn a_kept_token_is_read_back_and_csrf_depends_on_it() {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Ui;
-use crate::layout::{page, refusal, state};
+use crate::layout::{Live, live_page, page, refusal, state};
 use crate::session::{Person, allowed};
 use crate::time::utc;
 
@@ -226,9 +226,11 @@ pub async fn view(State(ui): State<Ui>, person: Person, Path(id): Path<String>) 
             (timeline(&events))
         }
     };
-    page(
+    let after = events.last().and_then(|e| e["seq"].as_i64()).unwrap_or(0);
+    live_page(
         &format!("Ticket {}", id.get(..8).unwrap_or(&id)),
         Some(&person.csrf),
+        Live::Ticket { id: &id, after },
         body,
     )
     .into_response()

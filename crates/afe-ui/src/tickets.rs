@@ -7,7 +7,7 @@ use maud::html;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::layout::{page, refusal, state};
+use crate::layout::{Live, live_page, refusal, state};
 use crate::session::Person;
 use crate::time::{ago, now_ms, utc};
 use crate::{Ui, query_string};
@@ -83,6 +83,7 @@ pub async fn view(State(ui): State<Ui>, person: Person, Query(filter): Query<Fil
                     label { "Revision " input type="text" name="revision" value=[filter.revision.as_deref()]; }
                     button type="submit" { "Filter" }
                 }
+                p id="new-tickets" role="status" hidden { "New tickets have started: " a href="/ui" { "show them" } }
                 @if tickets.is_empty() {
                     p { "No tickets." }
                 } @else {
@@ -113,5 +114,5 @@ pub async fn view(State(ui): State<Ui>, person: Person, Query(filter): Query<Fil
             }
         }
     };
-    page("Tickets", Some(&person.csrf), body).into_response()
+    live_page("Tickets", Some(&person.csrf), Live::Tickets, body).into_response()
 }

@@ -193,7 +193,12 @@ async fn the_views_show_what_the_api_says_without_javascript() {
         list.body
     );
     assert!(list.body.contains("state-running"));
-    assert!(!list.body.contains("<script"), "no script needed to read");
+    // The script only patches what the page already shows, live.
+    assert!(
+        list.body
+            .contains(r#"<script src="/ui/static/app.js" defer>"#)
+    );
+    assert!(list.body.contains(r#"data-live="tickets""#));
     let filtered = site.ask("GET", "/ui?state=done", Some(TOKEN), None).await;
     assert!(!filtered.body.contains(&format!("/ui/tickets/{id}")));
     let page = site
@@ -211,8 +216,13 @@ async fn the_views_show_what_the_api_says_without_javascript() {
     }
     let revisions = site.ask("GET", "/ui/revisions", Some(TOKEN), None).await;
     assert!(revisions.body.contains("current"));
-    let css = site.ask("GET", "/ui/static/app.css", None, None).await;
-    assert_eq!(css.status, StatusCode::OK);
+    assert!(page.body.contains(&format!(r#"data-ticket="{id}""#)));
+    for asset in ["/ui/static/app.css", "/ui/static/app.js"] {
+        assert_eq!(
+            site.ask("GET", asset, None, None).await.status,
+            StatusCode::OK
+        );
+    }
     let missing = site
         .ask("GET", "/ui/tickets/no-such-ticket", Some(TOKEN), None)
         .await;

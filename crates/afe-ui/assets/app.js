@@ -1,0 +1,98 @@
+// afe's UI, live: the ticket page and the tickets list subscribe to the API's WebSocket (the
+// session cookie authenticates it) and patch the page by id as events arrive. Without this
+// script every view still reads whole; with it nothing needs a reload.
+"use strict";
+
+(function () {
+  const STATE_OF = {
+    "node.started": "started", "node.completed": "completed", "node.failed": "failed",
+    "node.skipped": "skipped", "ticket.claimed": "running", "ticket.done": "done",
+    "ticket.failed": "failed", "ticket.cancelled": "cancelled", "ticket.paused": "paused",
+    "ticket.resumed": "queued",
+  };
+
+  function setState(container, state) {
+    if (!container) return;
+    const badge = container.querySelector(".state");
+    if (!badge) return;
+    badge.className = "state state-" + state;
+    badge.textContent = state;
+  }
+
+  function utc(ms) {
+    return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  }
+
+  // Connects, and reconnects after a drop from the last event seen: the server replays what
+  // came in between, and drops what this page already has.
+  function follow(path, last, onEvent) {
+    let after = last;
+    let wait = 500;
+    function open() {
+      const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+      const query = after === null ? "" : (path.includes("?") ? "&" : "?") + "after=" + after;
+      const socket = new WebSocket(scheme + "//" + location.host + path + query);
+      socket.onmessage = function (message) {
+        let event;
+        try { event = JSON.parse(message.data); } catch (_) { return; }
+        if (after !== null && typeof event.seq === "number") {
+          if (event.seq <= after) return;
+          after = event.seq;
+        }
+        wait = 500;
+        onEvent(event);
+      };
+      socket.onclose = function () {
+        setTimeout(open, wait);
+        wait = Math.min(wait * 2, 10000);
+      };
+    }
+    open();
+  }
+
+  function ticketPage(body) {
+    const ticket = body.dataset.ticket;
+    const timeline = document.getElementById("timeline");
+    follow("/v1/tickets/" + encodeURIComponent(ticket) + "/events/ws",
+      Number(body.dataset.after || "0"), function (event) {
+        if (timeline && !document.getElementById("event-" + event.seq)) {
+          const item = document.createElement("li");
+          item.id = "event-" + event.seq;
+          const seq = document.createElement("span");
+          seq.className = "seq";
+          seq.textContent = "#" + event.seq + " ";
+          const kind = document.createElement("code");
+          kind.textContent = event.kind;
+          const at = document.createElement("span");
+          at.className = "meta";
+          at.textContent = " " + utc(event.at);
+          item.append(seq, kind, at);
+          timeline.append(item);
+        }
+        const state = STATE_OF[event.kind];
+        if (!state) return;
+        if (event.kind.startsWith("node.") && event.payload && event.payload.node) {
+          setState(document.getElementById("node-" + event.payload.node), state);
+        } else if (event.kind.startsWith("ticket.")) {
+          setState(document.getElementById("ticket-state"), state);
+        }
+      });
+  }
+
+  function ticketsPage() {
+    follow("/v1/events/ws", null, function (event) {
+      const state = STATE_OF[event.kind];
+      if (state && event.kind.startsWith("ticket.")) {
+        setState(document.getElementById("ticket-" + event.ticket), state);
+      }
+      if (event.kind === "ticket.created" && !document.getElementById("ticket-" + event.ticket)) {
+        const note = document.getElementById("new-tickets");
+        if (note) note.hidden = false;
+      }
+    });
+  }
+
+  const body = document.body;
+  if (body.dataset.ticket) ticketPage(body);
+  else if (body.dataset.live === "tickets") ticketsPage();
+})();
