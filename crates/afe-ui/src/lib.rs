@@ -9,6 +9,7 @@ mod api;
 mod layout;
 mod revisions;
 mod session;
+mod start;
 mod ticket;
 mod tickets;
 mod time;
@@ -46,6 +47,7 @@ pub fn router(api: Router) -> Router {
         .route("/ui/tickets/{id}", get(ticket::view))
         .route("/ui/tickets/{id}/{action}", post(ticket::act))
         .route("/ui/revisions", get(revisions::view))
+        .route("/ui/start", get(start::view).post(start::submit))
         .route("/ui/static/app.css", get(stylesheet))
         .route("/ui/static/app.js", get(script))
         .with_state(Ui { api: Api::new(api) })

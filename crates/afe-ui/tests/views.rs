@@ -253,3 +253,62 @@ async fn actions_need_the_pages_csrf_token_and_a_rerun_its_confirmation() {
     assert_eq!(site.state(&id).await, Cancelled);
     site.close().await;
 }
+
+#[tokio::test]
+async fn a_ticket_starts_from_the_form_its_input_schema_makes() {
+    let site = site().await;
+    let choose = site.ask("GET", "/ui/start", Some(TOKEN), None).await;
+    assert!(
+        choose.body.contains(r#"href="/ui/start?flow=work""#),
+        "{}",
+        choose.body
+    );
+    let form = site
+        .ask("GET", "/ui/start?flow=work", Some(TOKEN), None)
+        .await;
+    assert!(
+        form.body
+            .contains(r#"<label for="in.n">n (required)</label>"#),
+        "{}",
+        form.body
+    );
+    assert!(form.body.contains(r#"type="number""#));
+    let csrf = afe_ui::csrf_for(TOKEN);
+    let wrong = site
+        .ask(
+            "POST",
+            "/ui/start",
+            Some(TOKEN),
+            Some(&format!("csrf={csrf}&flow=work&in.n=three")),
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(wrong.body.contains("is not a whole number"));
+    let forged = site
+        .ask(
+            "POST",
+            "/ui/start",
+            Some(TOKEN),
+            Some("csrf=00&flow=work&in.n=3"),
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let started = site
+        .ask(
+            "POST",
+            "/ui/start",
+            Some(TOKEN),
+            Some(&format!("csrf={csrf}&flow=work&in.n=3")),
+        )
+        .await;
+    assert_eq!(started.status, StatusCode::SEE_OTHER, "{}", started.body);
+    let id = started
+        .location
+        .unwrap()
+        .strip_prefix("/ui/tickets/")
+        .unwrap()
+        .to_string();
+    let ticket = site.store.ticket(&id).await.unwrap();
+    assert_eq!(ticket.input, json!({"n": 3}));
+    site.close().await;
+}
