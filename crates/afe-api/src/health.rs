@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::ApiState;
 use crate::error::{ApiError, Problem};
-use crate::views::Health;
+use crate::views::{DeadLetterView, Health, LeaseView, QueueView};
 
 /// Liveness: the process answers. Needs no token.
 #[utoipa::path(get, path = "/healthz", tag = "health",
@@ -147,6 +147,49 @@ pub fn render(stats: &Stats, queue_depth: u64, subscribers: usize) -> String {
     let _ = writeln!(out, "# TYPE afe_live_subscribers gauge");
     let _ = writeln!(out, "afe_live_subscribers {subscribers}");
     out
+}
+
+/// The queue and the workers: the lag, the running tickets' leases (who holds each, until when),
+/// and the dead letters.
+#[utoipa::path(get, path = "/v1/queue", tag = "health",
+    responses((status = 200, body = QueueView), (status = 401, body = Problem),
+        (status = 503, body = Problem)))]
+pub async fn queue(State(state): State<ApiState>) -> Result<Json<QueueView>, ApiError> {
+    let running = afe_store::TicketFilter {
+        state: Some(TicketState::Running),
+        ..afe_store::TicketFilter::default()
+    };
+    let page = state.store.tickets(&running, None, 500).await?;
+    let mut leases: Vec<LeaseView> = page
+        .tickets
+        .into_iter()
+        .map(|t| LeaseView {
+            ticket: t.id,
+            flow: t.flow,
+            worker: t.lease_owner,
+            epoch: t.lease_epoch,
+            expires_at: t.lease_expires_at,
+            updated_at: t.updated_at,
+        })
+        .collect();
+    leases.sort_by_key(|l| l.updated_at);
+    let depth = state.queue.depth().await?;
+    let dead_letters = state
+        .queue
+        .dead_letters()
+        .await?
+        .into_iter()
+        .map(|d| DeadLetterView {
+            ticket: d.ticket,
+            reason: d.reason,
+            deliveries: d.deliveries,
+        })
+        .collect();
+    Ok(Json(QueueView {
+        depth,
+        leases,
+        dead_letters,
+    }))
 }
 
 /// This API's OpenAPI document.

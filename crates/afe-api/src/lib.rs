@@ -161,6 +161,7 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
+        .routes(routes!(health::queue))
         .routes(routes!(health::openapi_json))
 }
 

@@ -298,3 +298,37 @@ pub struct Health {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
 }
+
+/// A running ticket's lease: which worker holds it, until when (its heartbeat pushes that on).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    pub ticket: String,
+    pub flow: String,
+    /// The worker's consumer name (`ID:SLOT`); none when the lease was released.
+    pub worker: Option<String>,
+    pub epoch: i64,
+    /// When the lease ends unless the worker's heartbeat extends it (ms since the Unix epoch).
+    pub expires_at: Option<i64>,
+    /// The ticket's last write.
+    pub updated_at: i64,
+}
+
+/// A queue entry taken out of circulation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeadLetterView {
+    pub ticket: String,
+    pub reason: String,
+    pub deliveries: u64,
+}
+
+/// The queue and the workers as the store and the broker see them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueView {
+    /// Entries waiting or being worked on: the lag.
+    pub depth: u64,
+    /// The leases of running tickets (at most 500, oldest change first).
+    pub leases: Vec<LeaseView>,
+    pub dead_letters: Vec<DeadLetterView>,
+}

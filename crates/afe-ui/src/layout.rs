@@ -46,6 +46,7 @@ pub fn live_page(title: &str, csrf: Option<&str>, live: Live, body: Markup) -> M
                         @if let Some(csrf) = csrf {
                             a href="/ui" { "Tickets" }
                             a href="/ui/revisions" { "Revisions" }
+                            a href="/ui/queue" { "Workers" }
                             a href="/ui/start" { "Start a ticket" }
                             form method="post" action="/ui/logout" class="inline" {
                                 input type="hidden" name="csrf" value=(csrf);

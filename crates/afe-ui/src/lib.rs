@@ -7,6 +7,7 @@
 
 mod api;
 mod layout;
+mod queue;
 mod revisions;
 mod session;
 mod start;
@@ -48,6 +49,7 @@ pub fn router(api: Router) -> Router {
         .route("/ui/tickets/{id}/{action}", post(ticket::act))
         .route("/ui/revisions", get(revisions::view))
         .route("/ui/start", get(start::view).post(start::submit))
+        .route("/ui/queue", get(queue::view))
         .route("/ui/static/app.css", get(stylesheet))
         .route("/ui/static/app.js", get(script))
         .with_state(Ui { api: Api::new(api) })

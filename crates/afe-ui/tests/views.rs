@@ -214,6 +214,13 @@ async fn the_views_show_what_the_api_says_without_javascript() {
     ] {
         assert!(page.body.contains(shown), "{shown} in {}", page.body);
     }
+    let queue = site.ask("GET", "/ui/queue", Some(TOKEN), None).await;
+    assert!(
+        queue.body.contains("<code>w1</code>"),
+        "the worker holding it: {}",
+        queue.body
+    );
+    assert!(queue.body.contains("ends in"), "{}", queue.body);
     let revisions = site.ask("GET", "/ui/revisions", Some(TOKEN), None).await;
     assert!(revisions.body.contains("current"));
     assert!(page.body.contains(&format!(r#"data-ticket="{id}""#)));
