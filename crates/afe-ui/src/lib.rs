@@ -6,6 +6,7 @@
 //! token. See docs/ui.md.
 
 mod api;
+mod diff;
 mod layout;
 mod queue;
 mod revisions;

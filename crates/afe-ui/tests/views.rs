@@ -319,3 +319,46 @@ async fn a_ticket_starts_from_the_form_its_input_schema_makes() {
     assert_eq!(ticket.input, json!({"n": 3}));
     site.close().await;
 }
+
+#[tokio::test]
+async fn two_revisions_are_compared_line_by_line() {
+    let site = site().await;
+    let old = site.store.current_revision().await.unwrap().unwrap().hash;
+    let newer = afe_testkit::chain_revision(4, Some(2.0));
+    site.store
+        .put_revision(&newer.hash, &newer.normalized)
+        .await
+        .unwrap();
+    site.store.publish_revision(&newer.hash).await.unwrap();
+    let list = site.ask("GET", "/ui/revisions", Some(TOKEN), None).await;
+    assert!(
+        list.body.contains(r#"type="radio" name="a""#),
+        "{}",
+        list.body
+    );
+    let diff = site
+        .ask(
+            "GET",
+            &format!("/ui/revisions?a={old}&b={}", newer.hash),
+            Some(TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(diff.status, StatusCode::OK);
+    assert!(diff.body.contains("<ins>+ "), "{}", diff.body);
+    // A node appended to the chain: lines added (n4 and its punctuation), none removed.
+    let changed: Vec<&str> = diff
+        .body
+        .lines()
+        .filter(|l| l.contains("<ins>") || l.contains("<del>"))
+        .collect();
+    assert!(
+        changed.iter().all(|l| l.starts_with("<ins>")),
+        "{changed:#?}"
+    );
+    assert!(
+        changed.iter().any(|l| l.contains("&quot;n4&quot;")),
+        "{changed:#?}"
+    );
+    site.close().await;
+}
