@@ -50,6 +50,41 @@
     open();
   }
 
+  // A node that has just ended: its output (or error), read from the API, under its name.
+  function showRun(ticket, node) {
+    fetch("/v1/tickets/" + encodeURIComponent(ticket) + "/nodes", { credentials: "same-origin" })
+      .then(function (answer) { return answer.ok ? answer.json() : []; })
+      .then(function (runs) {
+        const run = runs.find(function (r) { return r.node === node; });
+        const item = document.getElementById("node-" + node);
+        if (!run || !item || item.querySelector("details")) return;
+        const text = run.error !== null && run.error !== undefined
+          ? run.error : JSON.stringify(run.output, null, 2);
+        const details = document.createElement("details");
+        const summary = document.createElement("summary");
+        summary.textContent = run.error ? "Error" : "Output";
+        const pre = document.createElement("pre");
+        pre.textContent = text;
+        details.append(summary, pre);
+        item.append(details);
+      })
+      .catch(function () { /* the page still shows the state; a reload shows the rest */ });
+  }
+
+  // Replaces the fragment with this id by the same fragment of the page as the server renders
+  // it now (what a person may do changes with the ticket's state).
+  function refresh(id) {
+    fetch(location.href, { credentials: "same-origin" })
+      .then(function (answer) { return answer.ok ? answer.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        const fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id);
+        const stale = document.getElementById(id);
+        if (fresh && stale) stale.replaceWith(document.importNode(fresh, true));
+      })
+      .catch(function () { /* the page keeps its actions; a reload brings the new ones */ });
+  }
+
   function ticketPage(body) {
     const ticket = body.dataset.ticket;
     const timeline = document.getElementById("timeline");
@@ -73,9 +108,11 @@
         if (!state) return;
         if (event.kind.startsWith("node.") && event.payload && event.payload.node) {
           setState(document.getElementById("node-" + event.payload.node), state);
+          if (state === "completed" || state === "failed") showRun(ticket, event.payload.node);
         } else if (event.kind.startsWith("ticket.")) {
           setState(document.getElementById("ticket-state"), state);
         }
+        if (event.kind.startsWith("ticket.") || event.kind === "node.completed") refresh("actions");
       });
   }
 

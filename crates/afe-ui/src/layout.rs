@@ -36,6 +36,8 @@ pub fn live_page(title: &str, csrf: Option<&str>, live: Live, body: Markup) -> M
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · afe" }
                 link rel="stylesheet" href="/ui/static/app.css";
+                // No icon: and no request for one.
+                link rel="icon" href="data:,";
                 @if csrf.is_some() { script src="/ui/static/app.js" defer {} }
             }
             body data-ticket=[ticket] data-after=[after] data-live=[list] {

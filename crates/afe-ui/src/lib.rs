@@ -130,13 +130,11 @@ async fn login(State(ui): State<Ui>, Form(login): Form<Login>) -> Response {
     let token = login.token.trim().to_string();
     match ui.api.get("/v1/revisions", &token).await {
         Ok(_) => signed_in(&token),
-        Err(refused) if refused.status == StatusCode::UNAUTHORIZED => (
-            StatusCode::UNAUTHORIZED,
-            login_page(Some(
-                "AFE-API-001 That is not the server's token. Nothing was kept; try again.",
-            )),
-        )
-            .into_response(),
+        // The form again, saying why (a page, not an error of the page: 200).
+        Err(refused) if refused.status == StatusCode::UNAUTHORIZED => login_page(Some(
+            "AFE-API-001 That is not the server's token. Nothing was kept; try again.",
+        ))
+        .into_response(),
         // The token was accepted (not 401) though the API could not answer (say, the store is
         // down): keep it, the views will say what is wrong.
         Err(_) => signed_in(&token),

@@ -119,7 +119,7 @@ fn actions(id: &str, ticket_state: &str, runs: &[Value], csrf: &str) -> Markup {
         .filter_map(|r| r["node"].as_str())
         .collect();
     html! {
-        div class="actions" {
+        div class="actions" id="actions" {
             @if matches!(ticket_state, "queued" | "running" | "paused") {
                 form method="post" action={ "/ui/tickets/" (id) "/cancel" } {
                     input type="hidden" name="csrf" value=(csrf);
