@@ -3,6 +3,8 @@
 //! Debian's headless Chromium through PyPI's Playwright (both installed by `.ci/install`). The
 //! screenshots of every view are kept in `target/ui-screenshots/` (CI's artifacts).
 
+mod engine;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -44,33 +46,12 @@ fn the_ui_in_headless_chromium_starts_watches_cancels_and_reruns_with_no_console
         .to_string(),
     )
     .unwrap();
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_afe"))
-        .args([
-            "serve",
-            "--ui",
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            &store,
-            "-c",
-        ])
-        .arg(&config)
-        .env("AFE_API_TOKEN", TOKEN)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(serve.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("afe serve: listening on ")
-        .expect("serve says where it listens")
-        .to_string();
+    let config_arg = config.display().to_string();
+    let (mut serve, url) = engine::api::spawn_serve(
+        &["--ui", "--store", &store, "-c", &config_arg],
+        Some(TOKEN),
+        &dir.join("serve.log"),
+    );
     // The worker shares the store; with the embedded broker it finds tickets by its sweep.
     let mut worker = Command::new(env!("CARGO_BIN_EXE_afe"))
         .args(["worker", "--store", &store, "--broker", "embedded"])

@@ -8,8 +8,10 @@
 //! allows accepted, but a ticket's input is checked against its flow's Schema, which changes with
 //! each revision and is not in the document: a 422 there is the API doing its job.
 
+mod engine;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const TOKEN: &str = "schemathesis-token-0123456789abcdef";
 
@@ -36,24 +38,13 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
     let config = dir.join("config");
     std::fs::create_dir_all(&config).unwrap();
     afe_testkit::chain_config(&config, 3, Some(1.0));
-    let mut serve = afe()
-        .args(["serve", "--listen", "127.0.0.1:0", "-c"])
-        .arg(&config)
-        .arg("--store")
-        .arg(format!("sqlite://{}", dir.join("afe.db").display()))
-        .env("AFE_API_TOKEN", TOKEN)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    let mut stdout = std::io::BufReader::new(serve.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-    let server = line
-        .trim()
-        .strip_prefix("afe serve: listening on ")
-        .expect("serve says where it listens")
-        .to_string();
+    let config_arg = config.display().to_string();
+    let store = format!("sqlite://{}", dir.join("afe.db").display());
+    let (mut serve, server) = engine::api::spawn_serve(
+        &["-c", &config_arg, "--store", &store],
+        Some(TOKEN),
+        &dir.join("serve.log"),
+    );
 
     // Something real for the routes that take an id or a hash.
     let input = dir.join("input.json");

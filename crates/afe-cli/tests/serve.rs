@@ -301,31 +301,20 @@ async fn the_client_needs_the_token_and_serve_refuses_to_start_without_one() {
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("AFE-SRV-001"), "{said}");
     // On a laptop, on purpose, it starts and says so.
-    let mut open = std::process::Command::new(env!("CARGO_BIN_EXE_afe"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--insecure-no-auth"])
-        .args(["--store", &engine.store_url])
-        .env_remove("AFE_API_TOKEN")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(open.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("afe serve: listening on ")
-        .unwrap()
-        .to_string();
+    let log = engine.dir.join("open.log");
+    let (mut open, url) = engine::api::spawn_serve(
+        &["--insecure-no-auth", "--store", &engine.store_url],
+        None,
+        &log,
+    );
     let (status, _, err) = afe_ticket_with(&url, None, &["list"]);
     assert_eq!(status, 0, "{err}");
     let _ = open.kill();
-    let output = open.wait_with_output().unwrap();
+    let _ = open.wait();
     assert!(
-        String::from_utf8_lossy(&output.stderr).contains("WARNING: --insecure-no-auth"),
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("WARNING: --insecure-no-auth"),
         "loudly"
     );
     engine.close().await;

@@ -103,3 +103,40 @@ pub async fn get(server: &str, token: &str, path: &str) -> (u16, Value) {
         Err(_) => (0, json!(null)),
     }
 }
+
+/// Starts `afe serve ARGS --listen 127.0.0.1:0` with the token, its log in `log`; the process
+/// and its base URL (read from the first line it prints).
+pub fn spawn_serve(
+    args: &[&str],
+    token: Option<&str>,
+    log: &std::path::Path,
+) -> (std::process::Child, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_afe"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("AFE_API_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap());
+    if let Some(token) = token {
+        command.env("AFE_API_TOKEN", token);
+    }
+    let mut child = command.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("afe serve: listening on ")
+        .unwrap_or_else(|| {
+            panic!(
+                "afe serve said {line:?}: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            )
+        })
+        .to_string();
+    (child, url)
+}
