@@ -31,11 +31,11 @@ pub struct Options {
     pub afe: PathBuf,
 }
 
-const TOKEN: &str = "bench-token-0123456789abcdef0123456789";
+pub(crate) const TOKEN: &str = "bench-token-0123456789abcdef0123456789";
 
-struct Serve {
+pub(crate) struct Serve {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for Serve {
@@ -58,13 +58,12 @@ impl Serve {
     }
 }
 
-fn serve(afe: &Path, config: &Path, store: &str, redis: &str, prefix: &str) -> Result<Serve> {
+/// `afe serve ARGS --listen 127.0.0.1:0` with the token; the process and where it listens.
+pub(crate) fn serve(afe: &Path, args: &[&str]) -> Result<Serve> {
     use std::io::BufRead;
     let mut child = Command::new(afe)
-        .args(["serve", "--listen", "127.0.0.1:0", "-c"])
-        .arg(config)
-        .args(["--store", store, "--broker", redis, "--prefix", prefix])
-        .args(["--live-buffer", "4096"])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
         .env("AFE_API_TOKEN", TOKEN)
         .env("AFE_LOG", "warn")
         .stdout(Stdio::piped())
@@ -156,7 +155,22 @@ pub async fn run(options: Options) -> Result<()> {
     afe_testkit::chain_config(&dir, 3, None);
     let store = Arc::new(SqlStore::connect(&database.url).await?);
     let queue = Arc::new(RedisQueue::connect(&redis, &prefix, QueueSettings::default()).await?);
-    let serve = serve(&options.afe, &dir, &database.url, &redis, &prefix)?;
+    let config = dir.display().to_string();
+    let serve = serve(
+        &options.afe,
+        &[
+            "-c",
+            &config,
+            "--store",
+            &database.url,
+            "--broker",
+            &redis,
+            "--prefix",
+            &prefix,
+            "--live-buffer",
+            "4096",
+        ],
+    )?;
     let revision = afe_testkit::chain_revision(3, None).hash;
     println!(
         "afe serve {} on PostgreSQL and Redis; {} tickets per measurement",

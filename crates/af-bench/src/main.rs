@@ -13,6 +13,8 @@
 //!   alone.
 //! - `af-bench api`: `afe serve` — a ticket started through the API against the bare store insert
 //!   and enqueue; a thousand WebSocket subscribers of one ticket's events against one.
+//! - `af-bench ui`: the web UI's tickets view with 10,000 tickets in the store, against the API
+//!   call it is made from.
 //! - `af-bench sandbox`: afe's Docker sandbox — open against `docker run`, a command against
 //!   `docker exec`, a checkpoint against a whole bundle, a restore against a fresh clone.
 //!
@@ -31,6 +33,7 @@ mod proxies;
 mod sandbox;
 mod tickets;
 mod turns;
+mod ui;
 mod up;
 mod world;
 
@@ -169,6 +172,17 @@ enum Command {
         #[arg(long)]
         afe: Option<std::path::PathBuf>,
     },
+    /// The web UI's tickets view with many tickets stored: first byte and size, against the API
+    /// call it is made from.
+    Ui {
+        #[arg(long, default_value_t = 10_000)]
+        tickets: usize,
+        #[arg(long, default_value_t = 50)]
+        rounds: usize,
+        /// The `afe` binary (default: the one next to this binary).
+        #[arg(long)]
+        afe: Option<std::path::PathBuf>,
+    },
     /// (internal) The origin servers, run inside the benchmark's namespace.
     #[command(hide = true)]
     Origin,
@@ -253,6 +267,21 @@ fn main() -> Result<()> {
                 clients: clients.max(1),
                 subscribers: subscribers.max(1),
                 events: events.max(1),
+                afe,
+            }))
+        }
+        Command::Ui {
+            tickets,
+            rounds,
+            afe,
+        } => {
+            let afe = match afe {
+                Some(afe) => afe,
+                None => std::env::current_exe()?.with_file_name("afe"),
+            };
+            runtime.block_on(ui::run(ui::Options {
+                tickets,
+                rounds: rounds.max(1),
                 afe,
             }))
         }

@@ -44,16 +44,19 @@ pub enum ApiCode {
     BadRequest,
     /// The flow has no node of that id to rerun from.
     NoSuchNode,
+    /// A checkpoint's diff could not be made (git).
+    NoDiff,
 }
 
 impl ApiCode {
-    pub const ALL: [ApiCode; 6] = [
+    pub const ALL: [ApiCode; 7] = [
         ApiCode::Unauthorized,
         ApiCode::InputInvalid,
         ApiCode::NoSuchFlow,
         ApiCode::NoRevision,
         ApiCode::BadRequest,
         ApiCode::NoSuchNode,
+        ApiCode::NoDiff,
     ];
 
     pub fn code(self) -> &'static str {
@@ -64,6 +67,7 @@ impl ApiCode {
             ApiCode::NoRevision => "AFE-API-004",
             ApiCode::BadRequest => "AFE-API-005",
             ApiCode::NoSuchNode => "AFE-API-006",
+            ApiCode::NoDiff => "AFE-API-007",
         }
     }
 
@@ -74,6 +78,7 @@ impl ApiCode {
             ApiCode::NoSuchFlow | ApiCode::NoSuchNode => StatusCode::NOT_FOUND,
             ApiCode::NoRevision => StatusCode::SERVICE_UNAVAILABLE,
             ApiCode::BadRequest => StatusCode::BAD_REQUEST,
+            ApiCode::NoDiff => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -93,6 +98,9 @@ impl ApiCode {
             }
             ApiCode::BadRequest => "fix the parameter as the message says (see /openapi.json)",
             ApiCode::NoSuchNode => "name a node of the ticket's flow (GET /v1/tickets/{id}/nodes)",
+            ApiCode::NoDiff => {
+                "make sure `git` is on afe serve's PATH (the afe-stack image has it); the message says what git said"
+            }
         }
     }
 }

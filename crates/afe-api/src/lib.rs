@@ -16,6 +16,7 @@ mod revisions;
 mod streams;
 mod tickets;
 pub mod views;
+mod workspace;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -151,6 +152,8 @@ fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(tickets::nodes))
         .routes(routes!(tickets::ledger))
         .routes(routes!(tickets::events))
+        .routes(routes!(tickets::checkpoints))
+        .routes(routes!(tickets::checkpoint_diff))
         .routes(routes!(streams::ticket_ws))
         .routes(routes!(streams::ticket_sse))
         .routes(routes!(streams::all_ws))

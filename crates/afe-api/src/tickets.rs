@@ -11,9 +11,10 @@ use crate::ApiState;
 use crate::error::{ApiCode, ApiError, Problem};
 use crate::extract::{Body, Params, at_least_zero, limit};
 use crate::views::{
-    CancelTicket, EventView, EventsQuery, LedgerView, ListQuery, NodeRunView, RerunTicket,
-    StartTicket, TicketList, TicketView,
+    CancelTicket, CheckpointView, EventView, EventsQuery, LedgerView, ListQuery, NodeRunView,
+    RerunTicket, StartTicket, TicketList, TicketView, WorkspaceDiffView,
 };
+use crate::workspace::DiffError;
 
 /// Enqueues a ticket the store holds. A queue that is down does not lose it: it waits in the
 /// store, `queued`, and a worker's sweep finds it.
@@ -277,4 +278,68 @@ pub async fn events(
         .events(&id, after, limit(query.limit, 200, 1000)?)
         .await?;
     Ok(Json(events.iter().map(Into::into).collect()))
+}
+
+/// A ticket's checkpoints: the workspace each node saved, in order.
+#[utoipa::path(get, path = "/v1/tickets/{id}/checkpoints", tag = "tickets",
+    params(("id" = String, Path, description = "The ticket's id")),
+    responses((status = 200, body = Vec<CheckpointView>), (status = 401, body = Problem),
+        (status = 404, body = Problem), (status = 503, body = Problem)))]
+pub async fn checkpoints(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<CheckpointView>>, ApiError> {
+    state.store.ticket(&id).await?;
+    let checkpoints = state.store.checkpoints(&id).await?;
+    Ok(Json(
+        checkpoints
+            .into_iter()
+            .map(|c| CheckpointView {
+                id: c.id,
+                node: c.node,
+                head: c.head,
+                parent: c.parent,
+                size: c.size,
+            })
+            .collect(),
+    ))
+}
+
+/// What a node changed in the workspace: its checkpoint against the one before.
+#[utoipa::path(get, path = "/v1/tickets/{id}/checkpoints/{checkpoint}/diff", tag = "tickets",
+    params(("id" = String, Path, description = "The ticket's id"),
+        ("checkpoint" = i64, Path, description = "The checkpoint's id")),
+    responses((status = 200, body = WorkspaceDiffView), (status = 400, body = Problem),
+        (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 503, description = "The store is down, or git could not make the diff", body = Problem)))]
+pub async fn checkpoint_diff(
+    State(state): State<ApiState>,
+    Path((id, checkpoint)): Path<(String, String)>,
+) -> Result<Json<WorkspaceDiffView>, ApiError> {
+    let checkpoint: i64 = checkpoint.parse().map_err(|_| {
+        ApiError::new(
+            ApiCode::BadRequest,
+            format!("checkpoint {checkpoint:?} is not a checkpoint's id (a whole number)"),
+        )
+    })?;
+    state.store.ticket(&id).await?;
+    match crate::workspace::diff(state.store.as_ref(), &id, checkpoint).await {
+        Ok(made) => Ok(Json(WorkspaceDiffView {
+            checkpoint: made.checkpoint.id,
+            node: made.checkpoint.node,
+            from: made.from,
+            to: made.checkpoint.head,
+            diff: made.text,
+            truncated: made.truncated,
+        })),
+        Err(DiffError::Store(err)) => Err(err.into()),
+        Err(DiffError::NoCheckpoint(n)) => Err(afe_store::StoreError::NotFound {
+            what: format!("checkpoint {n} of ticket {id}"),
+        }
+        .into()),
+        Err(DiffError::Git(why)) => Err(ApiError::new(
+            ApiCode::NoDiff,
+            format!("the workspace diff cannot be made: {why}"),
+        )),
+    }
 }

@@ -332,3 +332,32 @@ pub struct QueueView {
     pub leases: Vec<LeaseView>,
     pub dead_letters: Vec<DeadLetterView>,
 }
+
+/// A node's saved workspace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointView {
+    pub id: i64,
+    pub node: String,
+    /// The commit the workspace was saved as.
+    pub head: String,
+    /// The checkpoint before it.
+    pub parent: Option<i64>,
+    /// The bundle's bytes.
+    pub size: i64,
+}
+
+/// What a node changed in the workspace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceDiffView {
+    pub checkpoint: i64,
+    pub node: String,
+    /// The commit before; none for the first checkpoint (then `diff` lists its files).
+    pub from: Option<String>,
+    pub to: String,
+    /// `git diff --stat --patch` between them.
+    pub diff: String,
+    /// Cut at 256 KiB.
+    pub truncated: bool,
+}

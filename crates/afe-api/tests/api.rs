@@ -116,7 +116,10 @@ fn operations() -> Vec<(String, String)> {
     for (path, item) in document["paths"].as_object().unwrap() {
         for method in ["get", "post", "put", "patch", "delete"] {
             if item.get(method).is_some() {
-                let filled = path.replace("{id}", "some-ticket").replace("{hash}", "abc");
+                let filled = path
+                    .replace("{id}", "some-ticket")
+                    .replace("{hash}", "abc")
+                    .replace("{checkpoint}", "1");
                 out.push((method.to_uppercase(), filled));
             }
         }
@@ -610,5 +613,143 @@ async fn the_session_cookie_reads_from_this_origin_only_and_changes_nothing() {
             "{method} {origin:?} {cookie}"
         );
     }
+    api.close().await;
+}
+
+/// Runs git in `repo`; its stdout.
+fn git(repo: &std::path::Path, args: &[&str]) -> Vec<u8> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A node's checkpoint as a diff, from real bundles: the second against the first; the first
+/// (a clone's) as the files it holds.
+#[tokio::test]
+async fn a_checkpoint_is_shown_as_what_its_node_changed() {
+    let api = api().await;
+    let id = api.start(1).await;
+    let repo = afe_testkit::scratch("afe-diff-repo");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("a.txt"), "one\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let first = String::from_utf8(git(&repo, &["rev-parse", "HEAD"]))
+        .unwrap()
+        .trim()
+        .to_string();
+    let whole = git(&repo, &["bundle", "create", "-q", "-", "refs/heads/main"]);
+    std::fs::write(repo.join("a.txt"), "two\n").unwrap();
+    std::fs::write(repo.join("b.txt"), "new\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "second"]);
+    let second = String::from_utf8(git(&repo, &["rev-parse", "HEAD"]))
+        .unwrap()
+        .trim()
+        .to_string();
+    let delta = git(
+        &repo,
+        &[
+            "bundle",
+            "create",
+            "-q",
+            "-",
+            "refs/heads/main",
+            &format!("^{first}"),
+        ],
+    );
+    let lease = api.claim(&id).await;
+    let mut parent = None;
+    for (node, head, bundle) in [("n1", &first, whole), ("n2", &second, delta)] {
+        api.store.start_node(&lease, node).await.unwrap();
+        api.store
+            .complete_node(
+                &lease,
+                Completion {
+                    checkpoint: Some(afe_store::NewCheckpoint {
+                        git_ref: "refs/heads/main".into(),
+                        head: head.clone(),
+                        parent,
+                        bundle,
+                    }),
+                    ..Completion::output_only(node, json!({}), "t")
+                },
+            )
+            .await
+            .unwrap();
+        parent = api
+            .store
+            .checkpoints(&id)
+            .await
+            .unwrap()
+            .last()
+            .map(|c| c.id);
+    }
+    let (status, listed) = api
+        .ok("GET", &format!("/v1/tickets/{id}/checkpoints"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<i64> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    let (status, changed) = api
+        .ok(
+            "GET",
+            &format!("/v1/tickets/{id}/checkpoints/{}/diff", ids[1]),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{changed}");
+    let text = changed["diff"].as_str().unwrap();
+    for shown in ["-one", "+two", "b.txt", "+new"] {
+        assert!(text.contains(shown), "{shown} in {text}");
+    }
+    assert_eq!(changed["from"], json!(first));
+    assert_eq!(
+        (changed["node"].as_str(), changed["truncated"].as_bool()),
+        (Some("n2"), Some(false))
+    );
+    let (_, cloned) = api
+        .ok(
+            "GET",
+            &format!("/v1/tickets/{id}/checkpoints/{}/diff", ids[0]),
+            None,
+        )
+        .await;
+    assert!(
+        cloned["diff"].as_str().unwrap().contains("a.txt"),
+        "{cloned}"
+    );
+    assert!(cloned["from"].is_null());
+    let (status, _) = api
+        .ok(
+            "GET",
+            &format!("/v1/tickets/{id}/checkpoints/999999/diff"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = api
+        .ok("GET", &format!("/v1/tickets/{id}/checkpoints/x/diff"), None)
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("AFE-API-005"))
+    );
+    let _ = std::fs::remove_dir_all(&repo);
     api.close().await;
 }

@@ -48,6 +48,10 @@ pub fn router(api: Router) -> Router {
         .route("/ui/logout", post(logout))
         .route("/ui/tickets/{id}", get(ticket::view))
         .route("/ui/tickets/{id}/{action}", post(ticket::act))
+        .route(
+            "/ui/tickets/{id}/checkpoints/{checkpoint}",
+            get(ticket::checkpoint),
+        )
         .route("/ui/revisions", get(revisions::view))
         .route("/ui/start", get(start::view).post(start::submit))
         .route("/ui/queue", get(queue::view))

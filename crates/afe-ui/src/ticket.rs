@@ -24,8 +24,17 @@ fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
 }
 
-/// The flow's nodes in file order, each with its run (if any).
-fn nodes(document: &Value, flow: &str, runs: &[Value]) -> Markup {
+/// The flow's nodes in file order, each with its run (if any), what it said and did (its events:
+/// model turns, tool calls and results, an ACP agent's updates, the proxy's decisions), and a link
+/// to the diff of the workspace it saved.
+fn nodes(
+    ticket: &str,
+    document: &Value,
+    flow: &str,
+    runs: &[Value],
+    checkpoints: &[Value],
+    events: &[Value],
+) -> Markup {
     let declared = document
         .pointer(&format!("/flows/{flow}/nodes"))
         .and_then(Value::as_array)
@@ -59,6 +68,20 @@ fn nodes(document: &Value, flow: &str, runs: &[Value]) -> Markup {
                         @if !run["output"].is_null() {
                             details { summary { "Output" } pre { (pretty(&run["output"])) } }
                         }
+                    }
+                    @let own: Vec<&Value> = events.iter().filter(|e| e["payload"]["node"] == id && !e["kind"].as_str().unwrap_or("").starts_with("node.")).collect();
+                    @if !own.is_empty() {
+                        details {
+                            summary { "Calls and events (" (own.len()) ")" }
+                            ol class="timeline" {
+                                @for e in &own {
+                                    li { code { (e["kind"].as_str().unwrap_or("")) } pre { (pretty(&e["payload"])) } }
+                                }
+                            }
+                        }
+                    }
+                    @for checkpoint in checkpoints.iter().filter(|c| c["node"] == id) {
+                        p { a href={ "/ui/tickets/" (ticket) "/checkpoints/" (checkpoint["id"].as_i64().unwrap_or(0)) } { "Workspace diff" } " (" (checkpoint["size"].as_i64().unwrap_or(0)) " bytes saved)" }
                     }
                 }
             }
@@ -176,13 +199,19 @@ pub async fn view(State(ui): State<Ui>, person: Person, Path(id): Path<String>) 
         format!("/v1/tickets/{id}/ledger"),
         format!("/v1/tickets/{id}/events?limit=1000"),
         format!("/v1/revisions/{revision}"),
+        format!("/v1/tickets/{id}/checkpoints"),
     ];
-    let (runs, money, events, document) = tokio::join!(
+    let (runs, money, events, document, checkpoints) = tokio::join!(
         ui.api.get(&paths[0], token),
         ui.api.get(&paths[1], token),
         ui.api.get(&paths[2], token),
         ui.api.get(&paths[3], token),
+        ui.api.get(&paths[4], token),
     );
+    let checkpoints = checkpoints
+        .ok()
+        .and_then(|c| c.as_array().cloned())
+        .unwrap_or_default();
     let runs = runs
         .ok()
         .and_then(|r| r.as_array().cloned())
@@ -212,7 +241,7 @@ pub async fn view(State(ui): State<Ui>, person: Person, Path(id): Path<String>) 
         }
         section aria-labelledby="nodes-title" {
             h2 id="nodes-title" { "Nodes" }
-            (nodes(&document, flow, &runs))
+            (nodes(&id, &document, flow, &runs, &checkpoints, &events))
         }
         section aria-labelledby="ledger-title" {
             h2 id="ledger-title" { "Money" }
@@ -234,6 +263,56 @@ pub async fn view(State(ui): State<Ui>, person: Person, Path(id): Path<String>) 
         body,
     )
     .into_response()
+}
+
+/// The diff of the workspace a node saved.
+pub async fn checkpoint(
+    State(ui): State<Ui>,
+    person: Person,
+    Path((id, checkpoint)): Path<(String, String)>,
+) -> Response {
+    let answer = ui
+        .api
+        .get(
+            &format!("/v1/tickets/{id}/checkpoints/{checkpoint}/diff"),
+            &person.token,
+        )
+        .await;
+    let back = html! { p { a href={ "/ui/tickets/" (id) } { "Back to the ticket" } } };
+    match answer {
+        Ok(diff) => {
+            let text = diff["diff"].as_str().unwrap_or("");
+            let body = html! {
+                (back)
+                p {
+                    "Node " strong { (diff["node"].as_str().unwrap_or("")) } ": "
+                    @match diff["from"].as_str() {
+                        Some(from) => { "from " code { (from.get(..12).unwrap_or(from)) } " to " }
+                        None => { "the first saved workspace, " }
+                    }
+                    code { (diff["to"].as_str().unwrap_or("").get(..12).unwrap_or("")) }
+                    @if diff["truncated"] == true { " (cut at 256 KiB)" }
+                }
+                pre class="diff" id="diff" {
+                    @for line in text.lines() {
+                        @if line.starts_with('+') && !line.starts_with("+++") { ins { (line) } "\n" }
+                        @else if line.starts_with('-') && !line.starts_with("---") { del { (line) } "\n" }
+                        @else { (line) "\n" }
+                    }
+                }
+            };
+            page("Workspace diff", Some(&person.csrf), body).into_response()
+        }
+        Err(refused) => (
+            refused.status,
+            page(
+                "Workspace diff",
+                Some(&person.csrf),
+                html! { (refusal(&refused)) (back) },
+            ),
+        )
+            .into_response(),
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -108,6 +108,16 @@ impl Site {
         .await
     }
 
+    /// The ticket, held as worker `w1` would hold it.
+    async fn claim(&self, id: &str) -> afe_store::Lease {
+        let held = self
+            .store
+            .claim(id, "w1", std::time::Duration::from_secs(60))
+            .await
+            .unwrap();
+        held.unwrap().0
+    }
+
     async fn state(&self, id: &str) -> afe_store::TicketState {
         self.store.ticket(id).await.unwrap().state
     }
@@ -171,12 +181,7 @@ async fn the_views_show_what_the_api_says_without_javascript() {
     let site = site().await;
     let id = site.ticket().await;
     // A worker ran n1.
-    let (lease, _) = site
-        .store
-        .claim(&id, "w1", std::time::Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = site.claim(&id).await;
     site.store.start_node(&lease, "n1").await.unwrap();
     site.store
         .complete_node(
@@ -360,5 +365,72 @@ async fn two_revisions_are_compared_line_by_line() {
         changed.iter().any(|l| l.contains("&quot;n4&quot;")),
         "{changed:#?}"
     );
+    site.close().await;
+}
+
+/// A node that saved the workspace links to its diff, which shows what the node changed.
+#[tokio::test]
+async fn a_nodes_workspace_diff_is_one_click_away() {
+    let site = site().await;
+    let id = site.ticket().await;
+    let repo = afe_testkit::scratch("afe-ui-diff");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}");
+        out.stdout
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("hello.txt"), "hello\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "first"]);
+    let head = String::from_utf8(git(&["rev-parse", "HEAD"]))
+        .unwrap()
+        .trim()
+        .to_string();
+    let bundle = git(&["bundle", "create", "-q", "-", "refs/heads/main"]);
+    let lease = site.claim(&id).await;
+    site.store.start_node(&lease, "n1").await.unwrap();
+    site.store
+        .complete_node(
+            &lease,
+            Completion {
+                checkpoint: Some(afe_store::NewCheckpoint {
+                    git_ref: "refs/heads/main".into(),
+                    head,
+                    parent: None,
+                    bundle,
+                }),
+                ..Completion::output_only("n1", json!({}), "t")
+            },
+        )
+        .await
+        .unwrap();
+    let page = site
+        .ask("GET", &format!("/ui/tickets/{id}"), Some(TOKEN), None)
+        .await;
+    let link = page
+        .body
+        .split(&format!(r#"href="/ui/tickets/{id}/checkpoints/"#))
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no diff link in {}", page.body))
+        .to_string();
+    let diff = site
+        .ask(
+            "GET",
+            &format!("/ui/tickets/{id}/checkpoints/{link}"),
+            Some(TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(diff.status, StatusCode::OK, "{}", diff.body);
+    assert!(diff.body.contains("hello.txt"), "{}", diff.body);
+    let _ = std::fs::remove_dir_all(&repo);
     site.close().await;
 }
