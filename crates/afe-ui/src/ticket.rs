@@ -89,6 +89,26 @@ fn nodes(
     }
 }
 
+/// Each node's settled and open money, in the order the node first appears in the ledger.
+fn per_node(entries: &[Value]) -> Vec<(String, i64, i64)> {
+    let mut sums: Vec<(String, i64, i64)> = Vec::new();
+    for e in entries {
+        let node = e["node"].as_str().unwrap_or("").to_string();
+        let at = match sums.iter().position(|(n, _, _)| *n == node) {
+            Some(at) => at,
+            None => {
+                sums.push((node, 0, 0));
+                sums.len() - 1
+            }
+        };
+        sums[at].1 += e["settledMicros"].as_i64().unwrap_or(0);
+        if e["state"] == "reserved" {
+            sums[at].2 += e["reservedMicros"].as_i64().unwrap_or(0);
+        }
+    }
+    sums
+}
+
 fn ledger(ledger: &Value) -> Markup {
     let entries = ledger["entries"].as_array().cloned().unwrap_or_default();
     html! {
@@ -96,6 +116,13 @@ fn ledger(ledger: &Value) -> Markup {
             "Spent " strong { (usd(ledger["spentMicros"].as_i64())) }
             ", reserved " (usd(ledger["reservedMicros"].as_i64()))
             ", budget " (usd(ledger["budgetMicros"].as_i64()))
+        }
+        @if !entries.is_empty() {
+            ul class="per-node" aria-label="Money per node" {
+                @for (node, spent, reserved) in per_node(&entries) {
+                    li { strong { (node) } ": spent " (usd(Some(spent))) @if reserved > 0 { ", reserved " (usd(Some(reserved))) } }
+                }
+            }
         }
         @if !entries.is_empty() {
             div class="scroll" {
@@ -372,5 +399,24 @@ pub async fn act(
             ),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn money_is_summed_per_node_settled_and_still_reserved() {
+        let entries = vec![
+            json!({"node": "a", "settledMicros": 5, "reservedMicros": 9, "state": "settled"}),
+            json!({"node": "b", "settledMicros": null, "reservedMicros": 7, "state": "reserved"}),
+            json!({"node": "a", "settledMicros": 3, "reservedMicros": 4, "state": "settled"}),
+            json!({"node": "b", "settledMicros": null, "reservedMicros": 2, "state": "released"}),
+        ];
+        assert_eq!(
+            per_node(&entries),
+            vec![("a".to_string(), 8, 0), ("b".to_string(), 0, 7)]
+        );
     }
 }
