@@ -4,7 +4,6 @@
 //! site can neither read it nor make it.
 
 use axum::extract::FromRequestParts;
-
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -47,7 +46,8 @@ pub fn csrf_for(token: &str) -> String {
 /// A request that changes something is accepted only from a page of this server: its form's
 /// CSRF token matches the session's, and its Origin, when the browser sends one, is this host.
 pub fn allowed(person: &Person, csrf: &str, headers: &HeaderMap) -> bool {
-    afe_api::same_origin(headers) && csrf.len() == person.csrf.len() && csrf == person.csrf
+    use subtle::ConstantTimeEq;
+    afe_api::same_origin(headers) && bool::from(csrf.as_bytes().ct_eq(person.csrf.as_bytes()))
 }
 
 /// The person behind a request: their token and their CSRF token. Without a session, the
