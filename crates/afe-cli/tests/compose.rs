@@ -15,10 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use engine::api::{get, next_event, start_ticket, websocket};
-use futures_util::SinkExt;
+use engine::api::{get, start_ticket};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::Message;
 
 const TOKEN: &str = "compose-test-token-0123456789abcdef";
 
@@ -242,26 +240,8 @@ async fn the_stack_on_compose_runs_tickets_through_the_api_and_survives_its_part
     // 1. A ticket to done, followed live by a client that drops and reconnects halfway.
     let ticket = stack.start(1);
     let id = ticket["id"].as_str().unwrap().to_string();
-    let mut seen: Vec<i64> = Vec::new();
-    let mut socket = websocket(&stack.server, TOKEN, &id, 0).await;
-    loop {
-        let event = next_event(&mut socket).await;
-        seen.push(event["seq"].as_i64().unwrap());
-        if event["kind"] == "node.started" && event["payload"]["node"] == "wait" {
-            break;
-        }
-    }
-    socket.close(None).await.unwrap();
-    drop(socket);
-    let mut socket = websocket(&stack.server, TOKEN, &id, *seen.last().unwrap()).await;
-    loop {
-        let event = next_event(&mut socket).await;
-        seen.push(event["seq"].as_i64().unwrap());
-        if event["kind"] == "ticket.done" {
-            break;
-        }
-    }
-    let _ = socket.send(Message::Close(None)).await;
+    let seen =
+        engine::api::seqs_across_a_reconnect(&stack.server, TOKEN, &id, "wait", async {}).await;
     let stored: Vec<i64> = stack
         .events(&id)
         .await
@@ -292,10 +272,12 @@ async fn the_stack_on_compose_runs_tickets_through_the_api_and_survives_its_part
     };
     let second = stack.start(3);
     assert_eq!(second["revision"], new);
-    let (_, running) = get(&stack.server, TOKEN, &format!("/v1/tickets/{first_id}")).await;
-    assert_eq!(running["revision"], first["revision"]);
-    assert_eq!(running["state"], "running");
+    // Whether the first is still in its node by now depends on how busy the machine is (its
+    // node is a six-second sleep): the pinning is checked when it ends. The test with a gate
+    // instead of a sleep, tests/serve.rs, shows it still running.
     stack.done_once_each(&first_id, &NODES).await;
+    let (_, ended) = get(&stack.server, TOKEN, &format!("/v1/tickets/{first_id}")).await;
+    assert_eq!(ended["revision"], first["revision"], "it kept its revision");
     let second_id = second["id"].as_str().unwrap();
     stack
         .done_once_each(second_id, &["write", "wait", "read", "again"])

@@ -10,11 +10,9 @@ mod engine;
 use std::time::{Duration, Instant};
 
 use afe_store::{Admin, Store, TicketState};
-use engine::api::{Socket, afe_ticket_with, http_client, next_event};
+use engine::api::{afe_ticket_with, http_client};
 use engine::{Engine, Pair, TOKEN};
-use futures_util::SinkExt;
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::Message;
 
 fn servers() -> Pair {
     Pair::Servers {
@@ -30,10 +28,6 @@ fn afe_ticket(server: &str, args: &[&str]) -> (i32, String, String) {
 
 fn start_ticket(server: &str, dir: &std::path::Path, n: i64) -> Value {
     engine::api::start_ticket(server, TOKEN, dir, "work", json!({"n": n}))
-}
-
-async fn websocket(server: &str, ticket: &str, after: i64) -> Socket {
-    engine::api::websocket(server, TOKEN, ticket, after).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,29 +47,12 @@ async fn events_stream_live_to_a_client_that_reconnects_halfway_without_gaps_or_
     assert_eq!(ticket["state"], "queued");
 
     // First connection: from the start, until n2 has started; then the client goes away.
-    let mut seen: Vec<i64> = Vec::new();
-    let mut socket = websocket(&server, &id, 0).await;
-    loop {
-        let event = next_event(&mut socket).await;
-        seen.push(event["seq"].as_i64().unwrap());
-        if event["kind"] == "node.started" && event["payload"]["node"] == "n2" {
-            break;
-        }
-    }
-    socket.close(None).await.unwrap();
-    drop(socket);
-    // While it is away, the ticket moves on.
-    std::fs::write(&gate, "").unwrap();
-    engine.wait_for("done", &id, "n2", 1).await;
-    let mut socket = websocket(&server, &id, *seen.last().unwrap()).await;
-    loop {
-        let event = next_event(&mut socket).await;
-        seen.push(event["seq"].as_i64().unwrap());
-        if event["kind"] == "ticket.done" {
-            break;
-        }
-    }
-    let _ = socket.send(Message::Close(None)).await;
+    let seen = engine::api::seqs_across_a_reconnect(&server, TOKEN, &id, "n2", async {
+        // While it is away, the ticket moves on.
+        std::fs::write(&gate, "").unwrap();
+        engine.wait_for("done", &id, "n2", 1).await;
+    })
+    .await;
     let stored: Vec<i64> = engine
         .store
         .events(&id, 0, 10_000)

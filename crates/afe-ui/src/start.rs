@@ -190,6 +190,20 @@ fn form(flow: &str, document: &Value, csrf: &str, values: &BTreeMap<String, Stri
     }
 }
 
+/// The current revision with its document, or the page saying why the API would not give it.
+async fn current(ui: &Ui, person: &Person) -> Result<Value, Response> {
+    ui.api
+        .get("/v1/revisions/current", &person.token)
+        .await
+        .map_err(|refused| {
+            (
+                refused.status,
+                page("Start a ticket", Some(&person.csrf), refusal(&refused)),
+            )
+                .into_response()
+        })
+}
+
 #[derive(Debug, Default, Deserialize)]
 pub struct Which {
     #[serde(default)]
@@ -197,15 +211,9 @@ pub struct Which {
 }
 
 pub async fn view(State(ui): State<Ui>, person: Person, Query(which): Query<Which>) -> Response {
-    let current = match ui.api.get("/v1/revisions/current", &person.token).await {
+    let current = match current(&ui, &person).await {
         Ok(current) => current,
-        Err(refused) => {
-            return (
-                refused.status,
-                page("Start a ticket", Some(&person.csrf), refusal(&refused)),
-            )
-                .into_response();
-        }
+        Err(refused) => return refused,
     };
     let document = &current["document"];
     let flows: Vec<String> = document["flows"]
@@ -236,15 +244,9 @@ pub async fn submit(
         return StatusCode::FORBIDDEN.into_response();
     }
     let flow = values.get("flow").cloned().unwrap_or_default();
-    let current = match ui.api.get("/v1/revisions/current", &person.token).await {
+    let current = match current(&ui, &person).await {
         Ok(current) => current,
-        Err(refused) => {
-            return (
-                refused.status,
-                page("Start a ticket", Some(&person.csrf), refusal(&refused)),
-            )
-                .into_response();
-        }
+        Err(refused) => return refused,
     };
     let document = &current["document"];
     let found = &document["flows"][&flow];

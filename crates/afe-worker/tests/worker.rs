@@ -391,21 +391,37 @@ spec:
     pair.close().await;
 }
 
-/// An executor whose sandbox goes away during node `n2` on its first `lose` attempts; it writes
-/// down every node it runs and every ticket it is told has ended.
-struct Losing {
-    lose: i32,
+/// What a test executor writes down: every node it runs (with its attempt) and every ticket it
+/// is told has ended.
+#[derive(Default)]
+struct Notes {
     ran: std::sync::Mutex<Vec<(String, i32)>>,
     ended: std::sync::Mutex<Vec<String>>,
+}
+
+impl Notes {
+    fn ran(&self, call: &NodeCall) {
+        self.ran
+            .lock()
+            .unwrap()
+            .push((call.node.id.clone(), call.attempt));
+    }
+
+    fn ended(&self, ticket: &str) {
+        self.ended.lock().unwrap().push(ticket.to_string());
+    }
+}
+
+/// An executor whose sandbox goes away during node `n2` on its first `lose` attempts.
+struct Losing {
+    lose: i32,
+    notes: Notes,
 }
 
 #[async_trait::async_trait]
 impl NodeExecutor for Losing {
     async fn execute(&self, call: NodeCall) -> Result<NodeResult, NodeError> {
-        self.ran
-            .lock()
-            .unwrap()
-            .push((call.node.id.clone(), call.attempt));
+        self.notes.ran(&call);
         if call.node.id == "n2" && call.attempt <= self.lose {
             return Err(NodeError::SandboxGone("the container was killed".into()));
         }
@@ -413,15 +429,14 @@ impl NodeExecutor for Losing {
     }
 
     async fn ticket_ended(&self, ticket: &str) {
-        self.ended.lock().unwrap().push(ticket.to_string());
+        self.notes.ended(ticket);
     }
 }
 
 fn losing(lose: i32) -> Arc<Losing> {
     Arc::new(Losing {
         lose,
-        ran: Default::default(),
-        ended: Default::default(),
+        notes: Notes::default(),
     })
 }
 
@@ -437,7 +452,7 @@ async fn a_lost_sandbox_requeues_the_ticket_and_the_node_runs_again(pair: Pair) 
     assert_eq!(ended.state, TicketState::Done, "{:?}", ended.reason);
     let _ = stop.send(true);
     worker.await.unwrap();
-    let ran = executor.ran.lock().unwrap().clone();
+    let ran = executor.notes.ran.lock().unwrap().clone();
     let n = |node: &str| ran.iter().filter(|(n, _)| n == node).count();
     assert_eq!((n("n1"), n("n2"), n("n3")), (1, 2, 1), "{ran:?}");
     let events = pair.store.events(&id, 0, 100).await.unwrap();
@@ -445,7 +460,7 @@ async fn a_lost_sandbox_requeues_the_ticket_and_the_node_runs_again(pair: Pair) 
     assert_eq!(lost.len(), 1);
     assert_eq!(lost[0].payload["node"], "n2");
     assert!(events.iter().any(|e| e.kind == "ticket.released"));
-    assert_eq!(*executor.ended.lock().unwrap(), [id]);
+    assert_eq!(*executor.notes.ended.lock().unwrap(), [id]);
     pair.close().await;
 }
 
@@ -468,25 +483,21 @@ async fn a_node_whose_sandbox_keeps_going_away_fails_its_ticket(pair: Pair) {
     let runs = pair.store.node_runs(&id).await.unwrap();
     let n2 = runs.iter().find(|r| r.node == "n2").unwrap();
     assert_eq!(n2.attempts, 5);
-    assert_eq!(*executor.ended.lock().unwrap(), [id]);
+    assert_eq!(*executor.notes.ended.lock().unwrap(), [id]);
     pair.close().await;
 }
 
 /// An executor whose node n2, on its first attempt, says it started and then never ends (a long
-/// model call); it writes down what it runs and which tickets it is told have ended.
+/// model call).
 struct Stuck {
     started: tokio::sync::watch::Sender<bool>,
-    ran: std::sync::Mutex<Vec<(String, i32)>>,
-    ended: std::sync::Mutex<Vec<String>>,
+    notes: Notes,
 }
 
 #[async_trait::async_trait]
 impl NodeExecutor for Stuck {
     async fn execute(&self, call: NodeCall) -> Result<NodeResult, NodeError> {
-        self.ran
-            .lock()
-            .unwrap()
-            .push((call.node.id.clone(), call.attempt));
+        self.notes.ran(&call);
         if call.node.id == "n2" && call.attempt == 1 {
             let _ = self.started.send(true);
             std::future::pending::<()>().await;
@@ -495,7 +506,7 @@ impl NodeExecutor for Stuck {
     }
 
     async fn ticket_ended(&self, ticket: &str) {
-        self.ended.lock().unwrap().push(ticket.to_string());
+        self.notes.ended(ticket);
     }
 }
 
@@ -511,8 +522,7 @@ async fn stuck_in_n2(
     let (started, mut in_n2) = tokio::sync::watch::channel(false);
     let executor = Arc::new(Stuck {
         started,
-        ran: Default::default(),
-        ended: Default::default(),
+        notes: Notes::default(),
     });
     let (stop, worker) = pair.worker_with(executor.clone());
     let id = pair.ticket().await;
@@ -541,7 +551,7 @@ async fn a_ticket_cancelled_mid_node_stops_its_worker_and_loses_its_sandbox(pair
     announce(&pair, &events).await;
     let mut removed = false;
     for _ in 0..600 {
-        removed = executor.ended.lock().unwrap().contains(&id);
+        removed = executor.notes.ended.lock().unwrap().contains(&id);
         if removed {
             break;
         }
@@ -552,7 +562,7 @@ async fn a_ticket_cancelled_mid_node_stops_its_worker_and_loses_its_sandbox(pair
     worker.await.unwrap();
     let ticket = pair.store.ticket(&id).await.unwrap();
     assert_eq!(ticket.state, TicketState::Cancelled);
-    let ran = executor.ran.lock().unwrap().clone();
+    let ran = executor.notes.ran.lock().unwrap().clone();
     assert_eq!(ran, [("n1".to_string(), 1), ("n2".to_string(), 1)]);
     let last = pair.store.events(&id, 0, 100).await.unwrap();
     assert_eq!(last.last().unwrap().kind, "ticket.cancelled");
@@ -573,7 +583,7 @@ async fn a_ticket_paused_mid_node_runs_that_node_again_when_resumed(pair: Pair) 
     assert_eq!(ended.state, TicketState::Done, "{:?}", ended.reason);
     let _ = stop.send(true);
     worker.await.unwrap();
-    let ran = executor.ran.lock().unwrap().clone();
+    let ran = executor.notes.ran.lock().unwrap().clone();
     let n = |node: &str| ran.iter().filter(|(n, _)| n == node).count();
     assert_eq!((n("n1"), n("n2"), n("n3")), (1, 2, 1), "{ran:?}");
     pair.close().await;

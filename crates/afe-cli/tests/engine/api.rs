@@ -140,3 +140,38 @@ pub fn spawn_serve(
         .to_string();
     (child, url)
 }
+
+/// What a WebSocket client of a ticket's events reads when it drops halfway: events until `node`
+/// has started, then the client goes away while `away` runs, then it reconnects after the last
+/// event it has and reads until `ticket.done`. Every event's seq, in the order read.
+pub async fn seqs_across_a_reconnect(
+    server: &str,
+    token: &str,
+    ticket: &str,
+    node: &str,
+    away: impl std::future::Future<Output = ()>,
+) -> Vec<i64> {
+    use futures_util::SinkExt;
+    let mut seen: Vec<i64> = Vec::new();
+    let mut socket = websocket(server, token, ticket, 0).await;
+    loop {
+        let event = next_event(&mut socket).await;
+        seen.push(event["seq"].as_i64().unwrap());
+        if event["kind"] == "node.started" && event["payload"]["node"] == node {
+            break;
+        }
+    }
+    socket.close(None).await.unwrap();
+    drop(socket);
+    away.await;
+    let mut socket = websocket(server, token, ticket, *seen.last().unwrap()).await;
+    loop {
+        let event = next_event(&mut socket).await;
+        seen.push(event["seq"].as_i64().unwrap());
+        if event["kind"] == "ticket.done" {
+            break;
+        }
+    }
+    let _ = socket.send(Message::Close(None)).await;
+    seen
+}
