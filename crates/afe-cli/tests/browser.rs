@@ -1,5 +1,6 @@
 //! The web UI in a real browser: `afe serve --ui` and a worker (the scripted executor; node n2
-//! waits for a gate file the browser script opens) on SQLite, and `tests/browser/ui.py` driving
+//! waits for a gate file the browser script opens; n1 and n3 write a file in the ticket's
+//! workspace, checkpointed as real git bundles) on SQLite, and `tests/browser/ui.py` driving
 //! Debian's headless Chromium through PyPI's Playwright (both installed by `.ci/install`). The
 //! screenshots of every view are kept in `target/ui-screenshots/` (CI's artifacts).
 
@@ -41,7 +42,12 @@ fn the_ui_in_headless_chromium_starts_watches_cancels_and_reruns_with_no_console
         serde_json::json!({
             "calls_file": dir.join("calls"),
             "default": {"sleep_ms": 200},
-            "nodes": {"n2": {"sleep_ms": 200, "until_file": gate}},
+            "workspaces": dir.join("workspaces"),
+            "nodes": {
+                "n1": {"sleep_ms": 200, "write": {"notes.txt": "first\n"}},
+                "n2": {"sleep_ms": 200, "until_file": gate},
+                "n3": {"sleep_ms": 200, "write": {"notes.txt": "first\nthird\n"}},
+            },
         })
         .to_string(),
     )
@@ -89,6 +95,7 @@ fn the_ui_in_headless_chromium_starts_watches_cancels_and_reruns_with_no_console
         "login-refused",
         "start",
         "ticket",
+        "diff",
         "tickets",
         "revisions",
         "queue",

@@ -15,7 +15,8 @@
     if (!container) return;
     const badge = container.querySelector(".state");
     if (!badge) return;
-    badge.className = "state state-" + state;
+    // setAttribute, not className: the graph's badges are SVG, whose className is read-only.
+    badge.setAttribute("class", "state state-" + state);
     badge.textContent = state;
   }
 
@@ -50,29 +51,10 @@
     open();
   }
 
-  // A node that has just ended: its output (or error), read from the API, under its name.
-  function showRun(ticket, node) {
-    fetch("/v1/tickets/" + encodeURIComponent(ticket) + "/nodes", { credentials: "same-origin" })
-      .then(function (answer) { return answer.ok ? answer.json() : []; })
-      .then(function (runs) {
-        const run = runs.find(function (r) { return r.node === node; });
-        const item = document.getElementById("node-" + node);
-        if (!run || !item || item.querySelector("details")) return;
-        const text = run.error !== null && run.error !== undefined
-          ? run.error : JSON.stringify(run.output, null, 2);
-        const details = document.createElement("details");
-        const summary = document.createElement("summary");
-        summary.textContent = run.error ? "Error" : "Output";
-        const pre = document.createElement("pre");
-        pre.textContent = text;
-        details.append(summary, pre);
-        item.append(details);
-      })
-      .catch(function () { /* the page still shows the state; a reload shows the rest */ });
-  }
-
   // Replaces the fragment with this id by the same fragment of the page as the server renders
-  // it now (what a person may do changes with the ticket's state).
+  // it now: what a person may do changes with the ticket's state, and a node that has ended
+  // gains its output or error, its calls and the link to its workspace diff. Sections the
+  // person had opened stay open.
   function refresh(id) {
     fetch(location.href, { credentials: "same-origin" })
       .then(function (answer) { return answer.ok ? answer.text() : null; })
@@ -80,7 +62,11 @@
         if (!html) return;
         const fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id);
         const stale = document.getElementById(id);
-        if (fresh && stale) stale.replaceWith(document.importNode(fresh, true));
+        if (!fresh || !stale) return;
+        const opened = Array.from(stale.querySelectorAll("details"), function (d) { return d.open; });
+        const node = document.importNode(fresh, true);
+        node.querySelectorAll("details").forEach(function (d, i) { if (opened[i]) d.open = true; });
+        stale.replaceWith(node);
       })
       .catch(function () { /* the page keeps its actions; a reload brings the new ones */ });
   }
@@ -108,7 +94,8 @@
         if (!state) return;
         if (event.kind.startsWith("node.") && event.payload && event.payload.node) {
           setState(document.getElementById("node-" + event.payload.node), state);
-          if (state === "completed" || state === "failed") showRun(ticket, event.payload.node);
+          setState(document.getElementById("graph-" + event.payload.node), state);
+          if (state === "completed" || state === "failed") refresh("node-" + event.payload.node);
         } else if (event.kind.startsWith("ticket.")) {
           setState(document.getElementById("ticket-state"), state);
         }

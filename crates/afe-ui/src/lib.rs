@@ -7,6 +7,7 @@
 
 mod api;
 mod diff;
+mod graph;
 mod layout;
 mod queue;
 mod revisions;

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Ui;
+use crate::graph;
 use crate::layout::{Live, live_page, page, refusal, state};
 use crate::session::{Person, allowed};
 use crate::time::utc;
@@ -24,23 +25,86 @@ fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
 }
 
-/// The flow's nodes in file order, each with its run (if any), what it said and did (its events:
-/// model turns, tool calls and results, an ACP agent's updates, the proxy's decisions), and a link
-/// to the diff of the workspace it saved.
+fn needs_of(node: &Value) -> Vec<String> {
+    node["needs"]
+        .as_array()
+        .map(|needs| {
+            needs
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What a node was given: the ticket's input under its Schema's name and the output of every
+/// completed node it comes after (its needs, and theirs), each under its id as the node's
+/// expressions name it (`-` written `_`).
+fn node_input(
+    node: &Value,
+    declared: &[Value],
+    runs: &[Value],
+    schema: &str,
+    input: &Value,
+) -> Value {
+    let variable = |name: &str| name.replace('-', "_");
+    let mut seen = serde_json::Map::new();
+    seen.insert(variable(schema), input.clone());
+    let mut pending = needs_of(node);
+    while let Some(need) = pending.pop() {
+        if seen.contains_key(&variable(&need)) {
+            continue;
+        }
+        if let Some(run) = runs
+            .iter()
+            .find(|r| r["node"] == need.as_str() && r["state"] == "completed")
+        {
+            seen.insert(variable(&need), run["output"].clone());
+        }
+        if let Some(upstream) = declared.iter().find(|n| n["id"] == need.as_str()) {
+            pending.extend(needs_of(upstream));
+        }
+    }
+    Value::Object(seen)
+}
+
+/// The flow's nodes: a graph of them and their states, then each in file order with its
+/// definition, what it was given, its run (if any), what it said and did (its events: model
+/// turns, tool calls and results, an ACP agent's updates, the proxy's decisions), and a link to
+/// the diff of the workspace it saved.
 fn nodes(
-    ticket: &str,
+    ticket: &Value,
     document: &Value,
-    flow: &str,
     runs: &[Value],
     checkpoints: &[Value],
     events: &[Value],
 ) -> Markup {
+    let flow = ticket["flow"].as_str().unwrap_or("");
+    let id_of_ticket = ticket["id"].as_str().unwrap_or("");
     let declared = document
         .pointer(&format!("/flows/{flow}/nodes"))
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    let schema = document
+        .pointer(&format!("/flows/{flow}/input"))
+        .and_then(Value::as_str)
+        .unwrap_or("input");
+    let drawn: Vec<(String, Vec<String>, String)> = declared
+        .iter()
+        .map(|node| {
+            let id = node["id"].as_str().unwrap_or("");
+            let run_state = runs
+                .iter()
+                .find(|r| r["node"] == id)
+                .and_then(|r| r["state"].as_str())
+                .unwrap_or("pending");
+            (id.to_string(), needs_of(node), run_state.to_string())
+        })
+        .collect();
     html! {
+        (graph::render(&drawn))
         ol class="nodes" {
             @for node in &declared {
                 @let id = node["id"].as_str().unwrap_or("");
@@ -55,6 +119,10 @@ fn nodes(
                                 span class="needs" { " after " (needs.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")) }
                             }
                         }
+                    }
+                    details { summary { "Definition" } pre { (pretty(node)) } }
+                    @if run.is_some() {
+                        details { summary { "Input" } pre { (pretty(&node_input(node, &declared, runs, schema, &ticket["input"]))) } }
                     }
                     @if let Some(run) = run {
                         p class="meta" {
@@ -81,7 +149,7 @@ fn nodes(
                         }
                     }
                     @for checkpoint in checkpoints.iter().filter(|c| c["node"] == id) {
-                        p { a href={ "/ui/tickets/" (ticket) "/checkpoints/" (checkpoint["id"].as_i64().unwrap_or(0)) } { "Workspace diff" } " (" (checkpoint["size"].as_i64().unwrap_or(0)) " bytes saved)" }
+                        p { a href={ "/ui/tickets/" (id_of_ticket) "/checkpoints/" (checkpoint["id"].as_i64().unwrap_or(0)) } { "Workspace diff" } " (" (checkpoint["size"].as_i64().unwrap_or(0)) " bytes saved)" }
                     }
                 }
             }
@@ -268,7 +336,7 @@ pub async fn view(State(ui): State<Ui>, person: Person, Path(id): Path<String>) 
         }
         section aria-labelledby="nodes-title" {
             h2 id="nodes-title" { "Nodes" }
-            (nodes(&id, &document, flow, &runs, &checkpoints, &events))
+            (nodes(&ticket, &document, &runs, &checkpoints, &events))
         }
         section aria-labelledby="ledger-title" {
             h2 id="ledger-title" { "Money" }

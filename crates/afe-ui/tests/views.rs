@@ -190,6 +190,7 @@ async fn the_views_show_what_the_api_says_without_javascript() {
         )
         .await
         .unwrap();
+    site.store.start_node(&lease, "n2").await.unwrap();
     let list = site.ask("GET", "/ui", Some(TOKEN), None).await;
     assert_eq!(list.status, StatusCode::OK);
     assert!(
@@ -216,9 +217,24 @@ async fn the_views_show_what_the_api_says_without_javascript() {
         "hello",
         "$2.0000",
         "node.completed",
+        // The graph: every node with its state as text, and n1 → n2 → n3.
+        r#"<g id="graph-n1" class="graph-node">"#,
+        r#"class="state state-completed">completed</text>"#,
+        r#"class="state state-started">started</text>"#,
+        r#"class="state state-pending">pending</text>"#,
     ] {
         assert!(page.body.contains(shown), "{shown} in {}", page.body);
     }
+    assert_eq!(page.body.matches(r#"class="edge""#).count(), 2);
+    // n2 was given the ticket's input under its Schema's name and n1's output.
+    let n2 = &page.body[page.body.find(r#"<li id="node-n2""#).unwrap()..];
+    let n2 = &n2[..n2.find("</li>").unwrap()];
+    let input = &n2[n2.find("<summary>Input</summary>").expect(n2)..];
+    assert!(
+        input.contains("&quot;job&quot;: {")
+            && input.contains("&quot;said&quot;: &quot;hello&quot;"),
+        "{input}"
+    );
     let queue = site.ask("GET", "/ui/queue", Some(TOKEN), None).await;
     assert!(
         queue.body.contains("<code>w1</code>"),

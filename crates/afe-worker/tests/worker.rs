@@ -116,6 +116,7 @@ impl Pair {
             calls_file: self.dir.join("calls"),
             default: Default::default(),
             nodes,
+            workspaces: None,
         };
         self.worker_with(Arc::new(ScriptedExecutor::new(script)))
     }

@@ -1,6 +1,6 @@
 """The web UI in headless Chromium, driven by Playwright (PyPI) with Debian's chromium: sign-in
 refused with a wrong token, a ticket started from the form and watched as it advances without a
-reload, a node's output opened, another ticket cancelled, one rerun from a node, every view shot,
+reload, a node's output and the diff of the workspace it saved opened, another ticket cancelled, one rerun from a node, every view shot,
 and no console error anywhere. Run by crates/afe-cli/tests/browser.rs, which starts afe serve
 --ui and a worker whose node n2 waits for the file AFE_GATE."""
 
@@ -36,6 +36,11 @@ def start(page, n):
     return page.url.rsplit("/", 1)[1]
 
 
+def section(page, node, title):
+    """The text of a node's section (Definition, Input, Output, ...)."""
+    return page.locator(f"#node-{node} details", has=page.locator("summary", has_text=title)).locator("pre")
+
+
 def state_of(page, node):
     return page.locator(f"#node-{node} .state")
 
@@ -64,6 +69,7 @@ with sync_playwright() as p:
     watched = start(page, 5)
     expect(state_of(page, "n1")).to_have_text("completed", timeout=60_000)
     expect(state_of(page, "n2")).to_have_text("started", timeout=60_000)
+    expect(page.locator("#graph-n2 .state")).to_have_text("started")
 
     # Another ticket, also held at n2, is cancelled from its page.
     other = context.new_page()
@@ -78,14 +84,30 @@ with sync_playwright() as p:
     page.evaluate("window.__notReloaded = true")
     GATE.write_text("open")
     expect(state_of(page, "n3")).to_have_text("completed", timeout=60_000)
+    expect(page.locator("#graph-n3 .state")).to_have_text("completed")
     expect(page.locator("#ticket-state .state")).to_have_text("done", timeout=60_000)
     assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
     expect(page.locator("#timeline li").last).to_contain_text("ticket.done")
 
-    # A node's detail: its output.
+    # A node's detail, arrived live: its output, and the link to the workspace it saved.
     page.locator("#node-n1 summary", has_text="Output").click()
-    expect(page.locator("#node-n1 pre")).to_contain_text('"node": "n1"')
+    expect(section(page, "n1", "Output")).to_contain_text('"node": "n1"')
+    # What n2 was given: the ticket's input and n1's output.
+    page.locator("#node-n2 summary", has_text="Input").click()
+    expect(section(page, "n2", "Input")).to_contain_text('"n": 5')
+    expect(section(page, "n2", "Input")).to_contain_text('"n1": {')
+    diff_link = page.locator("#node-n3").get_by_role("link", name="Workspace diff")
+    expect(diff_link).to_be_visible()
+    assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
     shot(page, "ticket")
+
+    # n3's diff: what it changed since n1's checkpoint (n2 saved nothing).
+    diff_link.click()
+    expect(page.locator("#diff")).to_contain_text("notes.txt")
+    expect(page.locator("#diff ins")).to_have_text("+third")
+    shot(page, "diff")
+    page.get_by_role("link", name="Back to the ticket").click()
+    expect(page.locator("#ticket-state .state")).to_have_text("done")
 
     # Rerun from n2: a new ticket, n1 kept, the rest run again.
     page.get_by_label("Rerun from").select_option("n2")
