@@ -41,6 +41,7 @@ fn spec(ticket: &str, image: &str, egress: bool) -> SandboxSpec {
         } else {
             Vec::new()
         },
+        runtime_class: None,
     }
 }
 

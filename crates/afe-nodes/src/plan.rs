@@ -72,6 +72,11 @@ pub fn sandbox_spec(
         memory_bytes: sandbox.memory_bytes,
         env,
         egress,
+        // runc is every platform's default: named, it is the same sandbox as unnamed.
+        runtime_class: sandbox
+            .runtime_class_name
+            .clone()
+            .filter(|class| class != "runc"),
     })
 }
 
@@ -184,6 +189,7 @@ mod tests {
             memory_bytes: Some(1 << 30),
             egress: vec!["pypi.org".into()],
             env: vec!["API_KEY".into()],
+            runtime_class_name: Some("runc".into()),
         };
         let worker = |name: &str| match name {
             "API_KEY" => Some("k".to_string()),

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use af_docker::plan::hardening::{confined, confined_read_only};
 use af_manifest::HostRule;
 use af_sidecar_api::SidecarConfig;
-use af_sidecar_api::config::{ALLOWLIST_PROXY_PORT, ResolverConfig};
+use af_sidecar_api::config::ResolverConfig;
 use afe_sandbox::{SandboxSpec, labels, workspace};
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
 
@@ -258,35 +258,16 @@ pub fn environment(spec: &SandboxSpec) -> Vec<String> {
         .map(|(name, value)| format!("{name}={value}"))
         .collect();
     if spec.has_egress() {
-        let proxy = format!("http://127.0.0.1:{ALLOWLIST_PROXY_PORT}");
-        for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-            env.push(format!("{name}={proxy}"));
-        }
-        for name in ["NO_PROXY", "no_proxy"] {
-            env.push(format!("{name}=localhost,127.0.0.1,::1"));
-        }
+        env.extend(
+            afe_sandbox::inside::proxy_variables()
+                .into_iter()
+                .map(|(name, value)| format!("{name}={value}")),
+        );
     }
     env
 }
 
-/// The command that says a sandbox is ready, run in it as its user: the workspace's folders are
-/// made and, with egress, the proxy listens on 127.0.0.1:3128 — read from the namespace's own
-/// socket table, which the sandbox shares with its proxy (state 0A is LISTEN), so readiness costs
-/// one command and asks nothing of the proxy.
-pub fn ready_check(has_proxy: bool) -> Vec<String> {
-    let mut script = format!("test -d {}", afe_sandbox::workspace::REPO);
-    if has_proxy {
-        script.push_str(&format!(
-            " && grep -q '^ *[0-9]*: 0100007F:{ALLOWLIST_PROXY_PORT:04X} 00000000:0000 0A ' /proc/net/tcp"
-        ));
-    }
-    vec!["sh".to_string(), "-c".to_string(), script]
-}
-
-/// The sandbox's own process: it makes the workspace's folders, then idles; the ticket's commands
-/// arrive as execs. Docker's init reaps what they leave behind.
-pub const IDLE: &str =
-    "mkdir -p /workspace/repo /workspace/worktrees && while :; do sleep 3600; done";
+pub use afe_sandbox::inside::{IDLE, ready_check};
 
 /// The sandbox: the flow's image as uid 1000 in the holder's namespace, no capability, no new
 /// privileges, Docker's default seccomp profile (nothing overrides it), the flow's CPUs and memory
@@ -342,6 +323,7 @@ mod tests {
                 .iter()
                 .map(|r| af_manifest::parse_host_rule(r).unwrap())
                 .collect(),
+            runtime_class: None,
         }
     }
 

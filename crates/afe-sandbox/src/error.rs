@@ -39,6 +39,13 @@ pub enum SandboxError {
     /// the image named instead is not on the platform.
     #[error("AFE-SBX-008 the engine image is not available: {detail}")]
     EngineImage { detail: String },
+    /// The Kubernetes API server does not speak the v5 exec stream protocol, the only one that can
+    /// close a command's stdin without closing its stream: on v4, a bundle sent on stdin would
+    /// lose the command's trailing output.
+    #[error(
+        "AFE-SBX-009 the API server cannot close a command's stdin (it offers only the v4 exec stream protocol): {detail}"
+    )]
+    ExecProtocol { detail: String },
 }
 
 impl SandboxError {
@@ -57,6 +64,7 @@ impl SandboxError {
             SandboxError::Image { .. } => "AFE-SBX-006",
             SandboxError::Containment { .. } => "AFE-SBX-007",
             SandboxError::EngineImage { .. } => "AFE-SBX-008",
+            SandboxError::ExecProtocol { .. } => "AFE-SBX-009",
         }
     }
 
@@ -87,11 +95,14 @@ impl SandboxError {
             SandboxError::EngineImage { .. } => {
                 "build the static af-proxy with scripts/build-engine and pass its path as AF_PROXY_BINARY, or name an engine image that is on the platform (AF_PROXY_IMAGE, --engine-image)"
             }
+            SandboxError::ExecProtocol { .. } => {
+                "run afe against Kubernetes 1.30 or newer (v5.channel.k8s.io is on by default there; on 1.29 enable the TranslateStreamCloseWebsocketRequests feature gate), and check that no proxy in front of the API server strips the WebSocket subprotocol"
+            }
         }
     }
 
     /// Every code, for docs/errors.md.
-    pub const CODES: [&'static str; 8] = [
+    pub const CODES: [&'static str; 9] = [
         "AFE-SBX-001",
         "AFE-SBX-002",
         "AFE-SBX-003",
@@ -100,5 +111,6 @@ impl SandboxError {
         "AFE-SBX-006",
         "AFE-SBX-007",
         "AFE-SBX-008",
+        "AFE-SBX-009",
     ];
 }

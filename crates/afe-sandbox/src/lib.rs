@@ -6,6 +6,7 @@
 //! - [`spec`]: what a ticket's sandbox is made from, and its signature (reused while unchanged).
 //! - [`open`]: the decision between reusing, recreating and creating a sandbox.
 //! - [`exec`]: a command's request, its output as it streams, bounded.
+//! - [`inside`]: the adapter's own commands in a sandbox (its idle process, its readiness check).
 //! - [`workspace`]: the paths a sandbox has (`/workspace/repo`, `/workspace/worktrees/<scope>`).
 //! - [`labels`]: what marks a sandbox as a ticket's, readable without the store.
 //! - [`lifecycle`]: where a sandbox is in its life, marked for a reaper.
@@ -13,6 +14,7 @@
 
 pub mod error;
 pub mod exec;
+pub mod inside;
 pub mod labels;
 pub mod lifecycle;
 pub mod open;

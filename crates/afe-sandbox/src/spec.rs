@@ -23,6 +23,8 @@ pub struct SandboxSpec {
     pub env: BTreeMap<String, String>,
     /// The hosts its proxy lets through (`sandbox.egress`); empty: no proxy, nothing leaves.
     pub egress: Vec<HostRule>,
+    /// The RuntimeClass the flow names (Kubernetes; Kata, say); none: the platform's default.
+    pub runtime_class: Option<String>,
 }
 
 impl std::fmt::Debug for SandboxSpec {
@@ -35,13 +37,16 @@ impl std::fmt::Debug for SandboxSpec {
             .field("memory_bytes", &self.memory_bytes)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("egress", &self.egress)
+            .field("runtime_class", &self.runtime_class)
             .finish()
     }
 }
 
 impl SandboxSpec {
     /// The signature: 16 hex digits of the SHA-256 of the canonical JSON of the image, the limits,
-    /// the sorted variable names and the sorted egress rules. Short enough for a label.
+    /// the sorted variable names, the sorted egress rules and the runtime class when one is named
+    /// (left out otherwise, so a sandbox made before the field existed keeps its signature).
+    /// Short enough for a label.
     pub fn signature(&self) -> String {
         let mut egress: Vec<String> = self.egress.iter().map(ToString::to_string).collect();
         egress.sort();
@@ -49,7 +54,7 @@ impl SandboxSpec {
         // Keys written in sorted order: the text is the same whether JSON maps sort their keys
         // or keep their insertion order (serde_json's `preserve_order`, which a dependency of
         // the workspace turns on).
-        let canonical = serde_json::json!({
+        let mut canonical = serde_json::json!({
             "cpus": self.cpus,
             "egress": egress,
             "env": self.env.keys().collect::<Vec<_>>(),
@@ -57,6 +62,14 @@ impl SandboxSpec {
             "memory_bytes": self.memory_bytes,
         })
         .to_string();
+        if let Some(class) = &self.runtime_class {
+            // Sorted after every other key, as a JSON object with sorted keys writes it.
+            canonical.pop();
+            canonical.push_str(&format!(
+                ",\"runtime_class\":{}}}",
+                serde_json::Value::from(class.as_str())
+            ));
+        }
         let digest = Sha256::digest(canonical.as_bytes());
         let mut out = String::with_capacity(16);
         for byte in &digest[..8] {
@@ -86,6 +99,7 @@ mod tests {
                 af_manifest::parse_host_rule("pypi.org").unwrap(),
                 af_manifest::parse_host_rule("*.pythonhosted.org").unwrap(),
             ],
+            runtime_class: None,
         }
     }
 
@@ -120,6 +134,7 @@ mod tests {
             s.env.insert("OTHER".into(), "x".into());
         }));
         assert!(!same(&|s| s.egress.pop().map(drop).unwrap_or(())));
+        assert!(!same(&|s| s.runtime_class = Some("kata".into())));
     }
 
     #[test]

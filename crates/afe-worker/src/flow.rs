@@ -35,6 +35,9 @@ pub struct FrozenSandbox {
     /// Names of the worker's variables passed into the sandbox.
     #[serde(default)]
     pub env: Vec<String>,
+    /// The RuntimeClass (Kubernetes); `runc`, the default, is written out.
+    #[serde(default)]
+    pub runtime_class_name: Option<String>,
 }
 
 impl FrozenFlow {

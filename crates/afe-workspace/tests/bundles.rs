@@ -37,6 +37,7 @@ impl Ticket {
             memory_bytes: None,
             env: BTreeMap::new(),
             egress: Vec::new(),
+            runtime_class: None,
         };
         let opened = self.sandbox.open(&spec).await.unwrap();
         self.sandbox.wait_ready(&opened).await.unwrap();

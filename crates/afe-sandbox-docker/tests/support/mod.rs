@@ -22,6 +22,7 @@ pub fn spec(ticket: &str) -> SandboxSpec {
         memory_bytes: Some(256 << 20),
         env: BTreeMap::new(),
         egress: Vec::new(),
+        runtime_class: None,
     }
 }
 
