@@ -58,10 +58,17 @@ pub async fn connect(context: Option<&str>) -> Result<Connected, SandboxError> {
             (config, described, Some(context))
         }
     };
-    let client = kube::Client::try_from(config).map_err(|e| refused(&described, e))?;
+    let client = client_of(config).map_err(|e| refused(&described, e))?;
     Ok(Connected {
         client,
         described,
         context,
     })
+}
+
+/// A client for `config`. The process may link two TLS providers (the workspace's dependencies
+/// bring both); ring is chosen, as every other client of afe's does.
+pub fn client_of(config: Config) -> Result<kube::Client, kube::Error> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    kube::Client::try_from(config)
 }

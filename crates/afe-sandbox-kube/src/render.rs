@@ -137,6 +137,22 @@ pub fn cpu_quantity(cpus: f64) -> Quantity {
     }
 }
 
+/// Memory as the API writes it back: the largest binary unit that divides it (`512Mi`), else
+/// bytes.
+pub fn memory_quantity(bytes: u64) -> Quantity {
+    for (unit, size) in [
+        ("Ti", 1u64 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ] {
+        if bytes >= size && bytes % size == 0 {
+            return Quantity(format!("{}{unit}", bytes / size));
+        }
+    }
+    Quantity(bytes.to_string())
+}
+
 /// The same requests and limits for `cpu` and `memory`, where given.
 fn resources(
     cpu: Option<Quantity>,
@@ -298,7 +314,7 @@ pub fn sandbox(spec: &SandboxSpec, settings: &KubeSandboxSettings) -> Container 
         env: Some(environment(spec, settings)).filter(|env| !env.is_empty()),
         resources: resources(
             spec.cpus.map(cpu_quantity),
-            spec.memory_bytes.map(|m| Quantity(m.to_string())),
+            spec.memory_bytes.map(memory_quantity),
         ),
         // The ticket's tools write where they like (a home, /tmp): only its user's own files.
         security_context: Some(as_user(SANDBOX_UID, &[], false)),

@@ -1,0 +1,337 @@
+//! The exact exchanges with the API server (`tower-test`): every request the adapter makes, in
+//! order, with its query — a request nobody scripted fails the test — and the bodies it applies.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use afe_sandbox::{Opened, Sandbox, SandboxError};
+use afe_sandbox_kube::{KubeSandbox, render};
+use http::{Request, Response};
+use kube::client::Body;
+use serde_json::{Value, json};
+
+/// What the fake API server saw of one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    line: String,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+/// A client whose API server answers `script` — (expected `METHOD path?query`, status, body) —
+/// in order, keeping what it saw.
+fn scripted(script: Vec<(String, u16, Value)>) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    tokio::spawn(async move {
+        for (expected, status, body) in script {
+            let (request, respond) = handle.next_request().await.expect("a request");
+            let line = format!(
+                "{} {}",
+                request.method(),
+                request.uri().path_and_query().unwrap()
+            );
+            let content_type = request
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .map(|v| v.to_str().unwrap().to_string())
+                .unwrap_or_default();
+            let (_, sent) = request.into_parts();
+            let sent = sent.collect_bytes().await.unwrap().to_vec();
+            kept.lock().unwrap().push(Seen {
+                line: line.clone(),
+                content_type,
+                body: sent.clone(),
+            });
+            assert_eq!(line, expected, "the request the script expected next");
+            let answer = if status == 200 && body.is_null() {
+                sent
+            } else {
+                serde_json::to_vec(&body).unwrap()
+            };
+            respond.send_response(
+                Response::builder()
+                    .status(status)
+                    .body(Body::from(answer))
+                    .unwrap(),
+            );
+        }
+    });
+    (kube::Client::new(service, "default"), seen)
+}
+
+const PODS: &str = "/api/v1/namespaces/afe-sandbox/pods";
+const CLAIMS: &str = "/api/v1/namespaces/afe-sandbox/persistentvolumeclaims";
+
+fn selected(collection: &str) -> String {
+    format!(
+        "{collection}?&labelSelector=afe.ticket%3D{}%2Capp.kubernetes.io%2Fmanaged-by%3Dafe",
+        support::TICKET
+    )
+}
+
+fn list(kind: &str, items: Vec<Value>) -> Value {
+    json!({"kind": kind, "apiVersion": "v1", "metadata": {}, "items": items})
+}
+
+fn adapter(client: kube::Client) -> KubeSandbox {
+    KubeSandbox::with_suffixes(
+        client,
+        support::settings(),
+        Arc::new(|| "abcde".to_string()),
+    )
+}
+
+fn name() -> String {
+    render::name(support::TICKET, "abcde")
+}
+
+fn pod(signature: &str, phase: &str, ready: bool) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name(), "namespace": "afe-sandbox",
+            "labels": {"afe.ticket": support::TICKET, "app.kubernetes.io/managed-by": "afe",
+                "afe.signature": signature}},
+        "spec": {"containers": [{"name": "sandbox"}]},
+        "status": {"phase": phase,
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
+}
+
+#[tokio::test]
+async fn a_new_sandbox_removes_what_is_left_then_applies_its_claim_and_pod() {
+    let spec = support::spec(&[]);
+    let (client, seen) = scripted(vec![
+        (
+            format!("GET {}", selected(PODS)),
+            200,
+            list("PodList", vec![]),
+        ),
+        (
+            format!("DELETE {}", selected(PODS)),
+            200,
+            list("PodList", vec![]),
+        ),
+        (
+            format!("DELETE {}", selected(CLAIMS)),
+            200,
+            list("PersistentVolumeClaimList", vec![]),
+        ),
+        (
+            format!("PATCH {CLAIMS}/{}?&fieldManager=afe-worker", name()),
+            200,
+            Value::Null,
+        ),
+        (
+            format!("PATCH {PODS}/{}?&fieldManager=afe-worker", name()),
+            200,
+            Value::Null,
+        ),
+    ]);
+    let opened = adapter(client).open(&spec).await.unwrap();
+    assert_eq!(
+        opened,
+        Opened {
+            ticket: support::TICKET.into(),
+            id: name(),
+            fresh: true
+        }
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 5);
+    // Server-side apply, with the rendered objects as they are.
+    for applied in &seen[3..] {
+        assert_eq!(applied.content_type, "application/apply-patch+yaml");
+    }
+    let signature = spec.signature();
+    let claim: Value = serde_json::from_slice(&seen[3].body).unwrap();
+    assert_eq!(
+        claim,
+        serde_json::to_value(render::claim(
+            &spec,
+            &signature,
+            &name(),
+            &support::settings()
+        ))
+        .unwrap()
+    );
+    let pod: Value = serde_json::from_slice(&seen[4].body).unwrap();
+    assert_eq!(
+        pod,
+        serde_json::to_value(render::pod(
+            &spec,
+            &signature,
+            &name(),
+            &support::settings(),
+            None
+        ))
+        .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_running_pod_of_the_same_signature_is_reused_with_one_read() {
+    let spec = support::spec(&[]);
+    let (client, seen) = scripted(vec![(
+        format!("GET {}", selected(PODS)),
+        200,
+        list("PodList", vec![pod(&spec.signature(), "Running", true)]),
+    )]);
+    let opened = adapter(client).open(&spec).await.unwrap();
+    assert!(
+        !opened.fresh,
+        "reused: its workspace holds the earlier nodes' work"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_pod_of_another_signature_is_removed_and_made_again() {
+    let spec = support::spec(&[]);
+    let (client, seen) = scripted(vec![
+        (
+            format!("GET {}", selected(PODS)),
+            200,
+            list("PodList", vec![pod("0000000000000000", "Running", true)]),
+        ),
+        (
+            format!("DELETE {}", selected(PODS)),
+            200,
+            list("PodList", vec![pod("0000000000000000", "Running", true)]),
+        ),
+        (
+            format!("DELETE {}", selected(CLAIMS)),
+            200,
+            list("PersistentVolumeClaimList", vec![]),
+        ),
+        (
+            format!("PATCH {CLAIMS}/{}?&fieldManager=afe-worker", name()),
+            200,
+            Value::Null,
+        ),
+        (
+            format!("PATCH {PODS}/{}?&fieldManager=afe-worker", name()),
+            200,
+            Value::Null,
+        ),
+    ]);
+    let opened = adapter(client).open(&spec).await.unwrap();
+    assert!(opened.fresh);
+    assert_eq!(seen.lock().unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn removal_is_by_label_and_nothing_left_is_not_an_error() {
+    let (client, seen) = scripted(vec![
+        (
+            format!("DELETE {}", selected(PODS)),
+            200,
+            list("PodList", vec![]),
+        ),
+        (
+            format!("DELETE {}", selected(CLAIMS)),
+            200,
+            list("PersistentVolumeClaimList", vec![]),
+        ),
+    ]);
+    adapter(client).remove(support::TICKET).await.unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_pod_deleted_under_the_engine_is_gone() {
+    let opened = Opened {
+        ticket: support::TICKET.into(),
+        id: name(),
+        fresh: true,
+    };
+    let (client, _) = scripted(vec![(
+        format!("GET {PODS}/{}", name()),
+        404,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+            "code": 404, "message": format!("pods \"{}\" not found", name())}),
+    )]);
+    let err = adapter(client).wait_ready(&opened).await.unwrap_err();
+    assert!(err.is_gone(), "{err}");
+}
+
+#[tokio::test]
+async fn a_pod_that_is_not_ready_in_time_is_gone_and_says_what_it_waited_on() {
+    let opened = Opened {
+        ticket: support::TICKET.into(),
+        id: name(),
+        fresh: true,
+    };
+    let mut unscheduled = pod("s", "Pending", false);
+    unscheduled["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+        "reason": "Unschedulable", "message": "0/1 nodes are available: 1 Insufficient cpu."}]);
+    let (client, _) = scripted(vec![(format!("GET {PODS}/{}", name()), 200, unscheduled)]);
+    // The time given is none: the first read decides, whatever the machine's speed.
+    let settings = afe_sandbox_kube::KubeSandboxSettings {
+        ready_timeout: std::time::Duration::ZERO,
+        ..support::settings()
+    };
+    let sandbox = KubeSandbox::with_suffixes(client, settings, Arc::new(|| "abcde".to_string()));
+    let err = sandbox.wait_ready(&opened).await.unwrap_err();
+    assert!(err.is_gone(), "{err}");
+    assert!(err.to_string().contains("Insufficient cpu"), "{err}");
+}
+
+#[tokio::test]
+async fn an_apply_that_conflicts_is_someone_elses_object_and_nothing_of_ours_is_left() {
+    let spec = support::spec(&[]);
+    let (client, _) = scripted(vec![
+        (
+            format!("GET {}", selected(PODS)),
+            200,
+            list("PodList", vec![]),
+        ),
+        (
+            format!("DELETE {}", selected(PODS)),
+            200,
+            list("PodList", vec![]),
+        ),
+        (
+            format!("DELETE {}", selected(CLAIMS)),
+            200,
+            list("PersistentVolumeClaimList", vec![]),
+        ),
+        (
+            format!("PATCH {CLAIMS}/{}?&fieldManager=afe-worker", name()),
+            409,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
+                "code": 409, "message": "Apply failed with 1 conflict: conflict with \"someone\""}),
+        ),
+        (
+            format!("DELETE {}", selected(PODS)),
+            200,
+            list("PodList", vec![]),
+        ),
+        (
+            format!("DELETE {}", selected(CLAIMS)),
+            200,
+            list("PersistentVolumeClaimList", vec![]),
+        ),
+    ]);
+    let err = adapter(client).open(&spec).await.unwrap_err();
+    assert!(matches!(err, SandboxError::NotOurs { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn gvisor_and_unnamed_secrets_are_refused_before_any_request() {
+    let (client, seen) = scripted(vec![]);
+    let mut spec = support::spec(&[]);
+    spec.runtime_class = Some("gvisor".into());
+    let err = adapter(client.clone()).open(&spec).await.unwrap_err();
+    assert_eq!(err.code(), "AFE-SBX-007", "{err}");
+    let settings = afe_sandbox_kube::KubeSandboxSettings {
+        env_secret: None,
+        ..support::settings()
+    };
+    let err = KubeSandbox::new(client, settings)
+        .open(&support::spec(&[]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "AFE-SBX-003", "{err}");
+    assert!(seen.lock().unwrap().is_empty());
+}

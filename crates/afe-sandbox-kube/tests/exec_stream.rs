@@ -1,0 +1,123 @@
+//! The exec stream against an API server of the tests' own that speaks the remote-command
+//! WebSocket protocol as the real one does: a v5 server whose "command" reads its stdin to the
+//! end and only then answers (so output written after stdin closed must still arrive), on stdout
+//! and stderr at once, and exits 3; and a v4-only server, which afe refuses before anything runs.
+
+mod support;
+
+use std::sync::Arc;
+
+use afe_sandbox::{ExecRequest, Opened, Sandbox};
+use afe_sandbox_kube::KubeSandbox;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::routing::get;
+
+/// Reads frames until stdin closes (v5's close frame for stream 0), then answers.
+async fn command(mut socket: WebSocket) {
+    let mut stdin = Vec::new();
+    while let Some(Ok(message)) = socket.recv().await {
+        if let Message::Binary(frame) = message {
+            match frame.first() {
+                Some(0) => stdin.extend_from_slice(&frame[1..]),
+                Some(255) if frame.get(1) == Some(&0) => break,
+                _ => {}
+            }
+        }
+    }
+    let mut out = vec![1u8];
+    out.extend_from_slice(b"read:");
+    out.extend_from_slice(&stdin);
+    let _ = socket.send(Message::Binary(out.into())).await;
+    let _ = socket
+        .send(Message::Binary(vec![2u8, b'e', b'r', b'r'].into()))
+        .await;
+    let status = br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: exit code 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#;
+    let mut frame = vec![3u8];
+    frame.extend_from_slice(status);
+    let _ = socket.send(Message::Binary(frame.into())).await;
+    let _ = socket.send(Message::Close(None)).await;
+}
+
+/// A fake API server on loopback offering `protocols`; its address.
+async fn server(protocols: &'static [&'static str]) -> String {
+    let app = axum::Router::new().route(
+        "/api/v1/namespaces/afe-sandbox/pods/{name}/exec",
+        get(move |upgrade: WebSocketUpgrade| async move {
+            upgrade
+                .protocols(protocols.iter().copied())
+                .on_upgrade(command)
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{address}")
+}
+
+fn sandbox_at(url: &str) -> KubeSandbox {
+    let config = kube::Config::new(url.parse().unwrap());
+    let client = afe_sandbox_kube::connect::client_of(config).unwrap();
+    KubeSandbox::with_suffixes(
+        client,
+        support::settings(),
+        Arc::new(|| "abcde".to_string()),
+    )
+}
+
+fn opened() -> Opened {
+    Opened {
+        ticket: support::TICKET.into(),
+        id: "afe-pod".into(),
+        fresh: true,
+    }
+}
+
+#[tokio::test]
+async fn stdin_closes_on_its_own_and_the_output_after_it_and_the_status_arrive() {
+    let url = server(&["v5.channel.k8s.io"]).await;
+    let mut request = ExecRequest::new(["cat"]);
+    // More than one frame of stdin.
+    let bundle: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    request.stdin = Some(bundle.clone());
+    request.output_limit = 1 << 20;
+    let mut pieces = 0;
+    let ran = sandbox_at(&url)
+        .exec(&opened(), &request, &mut |_| pieces += 1)
+        .await
+        .unwrap();
+    assert_eq!(ran.status, 3);
+    let mut expected = b"read:".to_vec();
+    expected.extend_from_slice(&bundle);
+    assert_eq!(
+        ran.stdout.bytes, expected,
+        "everything written after stdin closed"
+    );
+    assert_eq!(ran.stderr.bytes, b"err");
+    assert_eq!(pieces, 2);
+}
+
+#[tokio::test]
+async fn a_server_that_offers_only_v4_is_refused() {
+    let url = server(&["v4.channel.k8s.io"]).await;
+    let err = sandbox_at(&url)
+        .exec(&opened(), &ExecRequest::new(["true"]), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "AFE-SBX-009", "{err}");
+}
+
+#[tokio::test]
+async fn a_pod_that_is_not_there_is_gone() {
+    // The server knows no other path: the upgrade is answered 404, as for a deleted Pod.
+    let url = server(&["v5.channel.k8s.io"]).await;
+    let sandbox = sandbox_at(&url);
+    let missing = Opened {
+        id: "a/b".into(),
+        ..opened()
+    };
+    let err = sandbox
+        .exec(&missing, &ExecRequest::new(["true"]), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(err.is_gone(), "{err}");
+}
