@@ -130,7 +130,7 @@ pub fn claim(
 /// changes nothing.
 pub fn cpu_quantity(cpus: f64) -> Quantity {
     let millis = (cpus * 1000.0).round() as i64;
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         Quantity(format!("{}", millis / 1000))
     } else {
         Quantity(format!("{millis}m"))
@@ -146,7 +146,7 @@ pub fn memory_quantity(bytes: u64) -> Quantity {
         ("Mi", 1 << 20),
         ("Ki", 1 << 10),
     ] {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return Quantity(format!("{}{unit}", bytes / size));
         }
     }
