@@ -130,7 +130,7 @@ pub fn claim(
 /// changes nothing.
 pub fn cpu_quantity(cpus: f64) -> Quantity {
     let millis = (cpus * 1000.0).round() as i64;
-    if millis.is_multiple_of(1000) {
+    if millis % 1000 == 0 {
         Quantity(format!("{}", millis / 1000))
     } else {
         Quantity(format!("{millis}m"))
