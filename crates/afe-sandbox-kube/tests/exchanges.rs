@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 /// What the fake API server saw of one request.
 #[derive(Debug, Clone)]
 struct Seen {
-    line: String,
     content_type: String,
     body: Vec<u8>,
 }
@@ -41,7 +40,6 @@ fn scripted(script: Vec<(String, u16, Value)>) -> (kube::Client, Arc<Mutex<Vec<S
             let (_, sent) = request.into_parts();
             let sent = sent.collect_bytes().await.unwrap().to_vec();
             kept.lock().unwrap().push(Seen {
-                line: line.clone(),
                 content_type,
                 body: sent.clone(),
             });
