@@ -6,14 +6,50 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use afe_model::{ClientSettings, ModelClient};
-use afe_nodes::SandboxExecutor;
+use afe_nodes::{SandboxExecutor, Variables};
 use afe_sandbox_docker::{DockerSandbox, DockerSandboxSettings};
+use afe_sandbox_kube::{KubeSandbox, KubeSandboxSettings};
 use afe_store::Store;
 use afe_workspace::Credentials;
 use clap::Args;
 
+/// Where sandboxes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Platform {
+    /// A volume and containers per ticket on the local Docker daemon.
+    Docker,
+    /// A Pod and a PVC per ticket in the sandbox namespace of a Kubernetes cluster.
+    Kubernetes,
+}
+
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
+    /// Where sandboxes run.
+    #[arg(long, value_enum, default_value = "docker")]
+    sandbox_platform: Platform,
+    /// Kubernetes: the kubeconfig context to use. Default: in a Pod, its ServiceAccount; outside,
+    /// the kubeconfig's current context. The worker says which at start.
+    #[arg(long)]
+    kube_context: Option<String>,
+    /// Kubernetes: the namespace of the tickets' Pods and PVCs.
+    #[arg(long, default_value = "afe-sandbox")]
+    sandbox_namespace: String,
+    /// Kubernetes: each ticket's volume (a quantity).
+    #[arg(long, default_value = "2Gi")]
+    sandbox_storage: String,
+    /// Kubernetes: the volumes' storage class (default: the cluster's).
+    #[arg(long)]
+    sandbox_storage_class: Option<String>,
+    /// Kubernetes: the Pods' RuntimeClass (runc, the default, or a Kata class; gVisor is refused).
+    #[arg(long)]
+    sandbox_runtime_class: Option<String>,
+    /// Kubernetes: the Secret in the sandbox namespace holding the variables flows name (one key
+    /// each); Pods read it by secretKeyRef, this worker never does.
+    #[arg(long)]
+    sandbox_env_secret: Option<String>,
+    /// Kubernetes: how long a new Pod may take to become Ready before it is given up as gone.
+    #[arg(long, default_value = "3m", value_parser = humantime::parse_duration)]
+    sandbox_ready_timeout: std::time::Duration,
     /// The variable of this process's environment that holds the git token (clone and push; it
     /// never enters a sandbox). Unset: public repositories only.
     #[arg(long, default_value = "AFE_GIT_TOKEN")]
@@ -90,24 +126,65 @@ impl SandboxArgs {
         }
     }
 
-    /// The executor of a flow's nodes: git, exec and deep in Docker sandboxes, model calls from
-    /// this process.
+    /// The Kubernetes adapter's settings; the engine image must be named (no image is built in
+    /// a cluster).
+    pub fn kube_settings(&self) -> Result<KubeSandboxSettings, afe_sandbox::SandboxError> {
+        let engine_image = self.engine_image.clone().ok_or_else(|| {
+            afe_sandbox::SandboxError::EngineImage {
+                detail: "on Kubernetes the engine image is named, not built: pass --engine-image (or AF_PROXY_IMAGE) with an image the nodes have".to_string(),
+            }
+        })?;
+        Ok(KubeSandboxSettings {
+            namespace: self.sandbox_namespace.clone(),
+            engine_image,
+            storage: self.sandbox_storage.clone(),
+            storage_class: self.sandbox_storage_class.clone(),
+            runtime_class: self.sandbox_runtime_class.clone(),
+            env_secret: self.sandbox_env_secret.clone(),
+            ready_timeout: self.sandbox_ready_timeout,
+            dialable: self.sandbox_dialable.clone(),
+            ..KubeSandboxSettings::default()
+        })
+    }
+
+    /// The executor of a flow's nodes: git, exec, deep and acp in sandboxes of the chosen
+    /// platform, model calls from this process.
     pub async fn executor(
         &self,
         store: Arc<dyn Store>,
         worker: &str,
     ) -> Result<SandboxExecutor, ExecutorError> {
-        let sandbox = DockerSandbox::connect(self.settings())
-            .await
-            .map_err(ExecutorError::Sandbox)?;
+        let (sandbox, variables): (Arc<dyn afe_sandbox::Sandbox>, Variables) =
+            match self.sandbox_platform {
+                Platform::Docker => (
+                    Arc::new(
+                        DockerSandbox::connect(self.settings())
+                            .await
+                            .map_err(ExecutorError::Sandbox)?,
+                    ),
+                    Variables::FromWorker,
+                ),
+                Platform::Kubernetes => {
+                    let settings = self.kube_settings().map_err(ExecutorError::Sandbox)?;
+                    let connected = afe_sandbox_kube::connect(self.kube_context.as_deref())
+                        .await
+                        .map_err(ExecutorError::Sandbox)?;
+                    tracing::info!(
+                        api = %connected.described,
+                        namespace = %settings.namespace,
+                        "sandboxes are Pods on Kubernetes"
+                    );
+                    (
+                        Arc::new(KubeSandbox::new(connected.client, settings)),
+                        Variables::ByReference,
+                    )
+                }
+            };
         let models = ModelClient::new(ClientSettings::default()).map_err(ExecutorError::Models)?;
-        Ok(SandboxExecutor::new(
-            Arc::new(sandbox),
-            store,
-            self.credentials(),
-            models,
-            worker,
-        ))
+        Ok(
+            SandboxExecutor::new(sandbox, store, self.credentials(), models, worker)
+                .with_variables(variables),
+        )
     }
 }
 

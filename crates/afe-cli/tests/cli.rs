@@ -200,3 +200,49 @@ fn a_worker_whose_tracer_cannot_start_exits_4_with_the_code() {
     assert!(said.contains("AFE-TEL-002"), "{said}");
     assert!(!said.contains("secret-without-equals"), "{said}");
 }
+
+/// On Kubernetes the engine image is named, never built, and the kubeconfig context is one that
+/// exists: a worker that has neither stops before it takes a ticket, saying which.
+#[test]
+fn a_kubernetes_worker_needs_an_engine_image_and_a_context_that_exists() {
+    let dir = afe_testkit::scratch("afe-kubeconfig");
+    let store = format!("sqlite://{}", dir.join("afe.db").display());
+    let no_image = Command::new(env!("CARGO_BIN_EXE_afe"))
+        .args(["worker", "--store", &store, "--broker", "embedded"])
+        .args(["--sandbox-platform", "kubernetes"])
+        .env_remove("AF_PROXY_IMAGE")
+        .output()
+        .unwrap();
+    assert_ne!(no_image.status.code(), Some(0));
+    assert!(
+        text(&no_image.stderr).contains("AFE-SBX-008"),
+        "{}",
+        text(&no_image.stderr)
+    );
+    let kubeconfig = dir.join("config");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    )
+    .unwrap();
+    let no_context = Command::new(env!("CARGO_BIN_EXE_afe"))
+        .args(["worker", "--store", &store, "--broker", "embedded"])
+        .args([
+            "--sandbox-platform",
+            "kubernetes",
+            "--engine-image",
+            "af-engine:test",
+        ])
+        .args(["--kube-context", "not-a-context"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let said = text(&no_context.stderr);
+    assert_ne!(no_context.status.code(), Some(0));
+    assert!(
+        said.contains("AFE-SBX-004") && said.contains("not-a-context"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -54,6 +54,21 @@ pub struct SandboxExecutor {
     models: ModelClient,
     /// This worker's name, in the sandboxes' lifecycle markers.
     worker: String,
+    /// Where the variables a flow names come from ([`Variables`]).
+    variables: Variables,
+}
+
+/// Where the variables a flow names reach its sandbox from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Variables {
+    /// The worker's own environment, value by value (Docker: the sandbox gets them at creation,
+    /// an acp agent with its command).
+    #[default]
+    FromWorker,
+    /// The platform, by name (Kubernetes: the Pod reads them from a Secret by `secretKeyRef`):
+    /// the worker never reads a value, and an acp agent's variables must be among the flow's
+    /// `sandbox.env`, which the Pod has.
+    ByReference,
 }
 
 impl std::fmt::Debug for SandboxExecutor {
@@ -92,7 +107,14 @@ impl SandboxExecutor {
             credentials,
             models,
             worker: worker.to_string(),
+            variables: Variables::FromWorker,
         }
+    }
+
+    /// The same executor, its variables coming from `variables`.
+    pub fn with_variables(mut self, variables: Variables) -> SandboxExecutor {
+        self.variables = variables;
+        self
     }
 
     /// The ticket's sandbox, ready, with its workspace as the last checkpoint left it.
@@ -101,8 +123,14 @@ impl SandboxExecutor {
         call: &NodeCall,
         checkpoints: &[Checkpoint],
     ) -> Result<Opened, WorkspaceError> {
+        let by_reference = self.variables == Variables::ByReference;
         let spec = plan::sandbox_spec(&call.ticket.id, &call.flow.sandbox, |name| {
-            std::env::var(name).ok()
+            // By reference, the value is the platform's to fill; the worker does not read it.
+            if by_reference {
+                Some(String::new())
+            } else {
+                std::env::var(name).ok()
+            }
         })?;
         if call.attempt > 1 {
             self.sandbox.remove(&call.ticket.id).await?;
@@ -225,7 +253,15 @@ impl SandboxExecutor {
             }
             Kind::Acp(spec) => {
                 let env = plan::exec_env(&call.ticket.id, &call.node.id, call.attempt);
-                let output = acp::run(call, spec, self.sandbox.clone(), opened, &env).await?;
+                let output = acp::run(
+                    call,
+                    spec,
+                    self.sandbox.clone(),
+                    opened,
+                    &env,
+                    self.variables,
+                )
+                .await?;
                 Ok(NodeResult {
                     output,
                     settlements: Vec::new(),

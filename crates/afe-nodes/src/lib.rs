@@ -21,4 +21,4 @@ pub mod plugins;
 pub mod prompt;
 
 pub use error::NodeFailure;
-pub use executor::SandboxExecutor;
+pub use executor::{SandboxExecutor, Variables};

@@ -360,6 +360,23 @@ pub fn agent_env(
     Ok(env)
 }
 
+/// The variables the agent gets where the platform holds their values (Kubernetes): the node's
+/// own; each one its `env` names is already in the sandbox, by reference, when the flow's
+/// `sandbox.env` names it too — and refused otherwise, since the sandbox cannot have it.
+pub fn agent_env_by_reference(
+    spec: &AcpAgent,
+    base: &[(String, String)],
+    sandbox_env: &[String],
+) -> Result<Vec<(String, String)>, SandboxError> {
+    if let Some(missing) = spec.env.iter().find(|name| !sandbox_env.contains(name)) {
+        return Err(SandboxError::VariableRefused {
+            name: missing.clone(),
+            why: "on Kubernetes an acp agent's variables come from the sandbox's Secret: name it in the flow's spec.sandbox.env too".to_string(),
+        });
+    }
+    Ok(base.to_vec())
+}
+
 /// The prompt the agent is given: the node's, rendered from its context, or the context itself.
 pub fn prompt_of(call: &NodeCall, spec: &AcpAgent) -> Result<String, NodeFailure> {
     match &spec.prompt {
@@ -383,10 +400,18 @@ pub async fn run(
     sandbox: Arc<dyn Sandbox>,
     opened: &Opened,
     base_env: &[(String, String)],
+    variables: crate::executor::Variables,
 ) -> Result<Value, NodeFailure> {
     let text = prompt_of(call, spec)?;
     let mut request = ExecRequest::new(spec.command.clone());
-    request.env = agent_env(spec, base_env, |name| std::env::var(name).ok())?;
+    request.env = match variables {
+        crate::executor::Variables::FromWorker => {
+            agent_env(spec, base_env, |name| std::env::var(name).ok())?
+        }
+        crate::executor::Variables::ByReference => {
+            agent_env_by_reference(spec, base_env, &call.flow.sandbox.env)?
+        }
+    };
     let Attached {
         stdin,
         output,
@@ -501,5 +526,31 @@ async fn answered(
         Ended::Gone => Err(session
             .broken(&format!("exited before it answered {method}"))
             .await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_reference_an_agents_variables_must_be_the_sandboxes_and_no_value_is_read() {
+        let spec = AcpAgent {
+            command: vec!["agent".into()],
+            env: vec!["MODEL_KEY".into()],
+            prompt: None,
+            permissions: Default::default(),
+            timeout_seconds: Some(5),
+        };
+        let base = vec![("AFE_TICKET".to_string(), "t".to_string())];
+        assert_eq!(
+            agent_env_by_reference(&spec, &base, &["MODEL_KEY".into()]).unwrap(),
+            base,
+            "the Pod has MODEL_KEY from its Secret: nothing to pass"
+        );
+        let refused = agent_env_by_reference(&spec, &base, &[]).unwrap_err();
+        assert!(
+            matches!(refused, SandboxError::VariableRefused { ref name, .. } if name == "MODEL_KEY")
+        );
     }
 }
