@@ -287,6 +287,28 @@ async fn run(
             },
             other => other,
         })?;
+    if output.status != 0 {
+        // A Pod that is being deleted kills the command with it (137, as a rule): that is the
+        // sandbox lost, not the command's own failure.
+        let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+            .get_opt(&sandbox.id)
+            .await
+            .map_err(|e| platform(operation, e))?;
+        let gone = match pod.as_ref().map(pod_state) {
+            None => Some("it was deleted".to_string()),
+            Some(PodState::Gone(why) | PodState::Uncontained(why)) => Some(why),
+            Some(_) => None,
+        };
+        if let Some(why) = gone {
+            return Err(SandboxError::Gone {
+                ticket: sandbox.ticket.clone(),
+                why: format!(
+                    "Pod {} went away while the command ran (it ended {}): {why}",
+                    sandbox.id, output.status
+                ),
+            });
+        }
+    }
     Ok(output)
 }
 

@@ -38,16 +38,37 @@ async fn command(mut socket: WebSocket) {
     let _ = socket.send(Message::Close(None)).await;
 }
 
+/// The Pod as the fake server reports it: running and ready, or being deleted.
+fn pod(deleting: bool) -> serde_json::Value {
+    let mut pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "afe-pod", "namespace": "afe-sandbox"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+    if deleting {
+        pod["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z".into();
+    }
+    pod
+}
+
 /// A fake API server on loopback offering `protocols`; its address.
 async fn server(protocols: &'static [&'static str]) -> String {
-    let app = axum::Router::new().route(
-        "/api/v1/namespaces/afe-sandbox/pods/{name}/exec",
-        get(move |upgrade: WebSocketUpgrade| async move {
-            upgrade
-                .protocols(protocols.iter().copied())
-                .on_upgrade(command)
-        }),
-    );
+    server_of(protocols, false).await
+}
+
+/// The same, its Pod `deleting` or not.
+async fn server_of(protocols: &'static [&'static str], deleting: bool) -> String {
+    let app = axum::Router::new()
+        .route(
+            "/api/v1/namespaces/afe-sandbox/pods/{name}/exec",
+            get(move |upgrade: WebSocketUpgrade| async move {
+                upgrade
+                    .protocols(protocols.iter().copied())
+                    .on_upgrade(command)
+            }),
+        )
+        .route(
+            "/api/v1/namespaces/afe-sandbox/pods/afe-pod",
+            get(move || async move { axum::Json(pod(deleting)) }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -120,4 +141,17 @@ async fn a_pod_that_is_not_there_is_gone() {
         .await
         .unwrap_err();
     assert!(err.is_gone(), "{err}");
+}
+
+/// A command that ends badly while its Pod is being deleted was killed with the Pod: the sandbox
+/// is gone (the engine restores the ticket), not the command's own failure.
+#[tokio::test]
+async fn a_command_cut_by_its_pods_deletion_is_the_sandbox_gone() {
+    let url = server_of(&["v5.channel.k8s.io"], true).await;
+    let err = sandbox_at(&url)
+        .exec(&opened(), &ExecRequest::new(["sleep", "600"]), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(err.is_gone(), "{err}");
+    assert!(err.to_string().contains("being deleted"), "{err}");
 }
