@@ -14,17 +14,13 @@
 
 mod tickets;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use afe_sandbox::{ExecRequest, Opened, Sandbox};
 use afe_sandbox_kube::{KubeSandbox, KubeSandboxSettings};
-use afe_store::SqlStore;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
-use serde_json::Value;
 use tickets::*;
 
 /// What the script passes: the context, the namespace it made, the images on the nodes.
@@ -56,26 +52,32 @@ async fn client(cluster: &Cluster) -> kube::Client {
         .client
 }
 
+/// How many objects of `ticket` of kind `K` are still there (not being deleted).
+async fn left_of_kind<K>(client: &kube::Client, namespace: &str, ticket: &str) -> usize
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let selected = ListParams::default().labels(&afe_sandbox_kube::render::selector(ticket));
+    Api::<K>::namespaced(client.clone(), namespace)
+        .list(&selected)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|o| o.meta().deletion_timestamp.is_none())
+        .count()
+}
+
 /// The ticket's Pods and PVCs still there.
 async fn left_in_cluster(client: &kube::Client, namespace: &str, ticket: &str) -> (usize, usize) {
-    let selected = ListParams::default().labels(&afe_sandbox_kube::render::selector(ticket));
-    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
-        .list(&selected)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .count();
-    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
-        .list(&selected)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .count();
-    (pods, claims)
+    (
+        left_of_kind::<Pod>(client, namespace, ticket).await,
+        left_of_kind::<PersistentVolumeClaim>(client, namespace, ticket).await,
+    )
 }
 
 /// Polls, up to ten minutes, until `check` holds; a cluster takes the time it takes.
@@ -115,7 +117,7 @@ async fn a_ticket_survives_its_pod_being_deleted_after_a_checkpoint() {
     config(&dir, &[], true, None);
     let (server, input) = repository(&dir).await;
     let store_url = afe_testkit::sqlite_url(&dir);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_afe"))
+    let child = Command::new(env!("CARGO_BIN_EXE_afe"))
         .env("AFE_GIT_TOKEN", TOKEN)
         .args([
             "run", "--local", "--json", "--flow", "demo", "--store", &store_url,
@@ -135,22 +137,8 @@ async fn a_ticket_survives_its_pod_being_deleted_after_a_checkpoint() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen: Vec<Value> = Vec::new();
-    let mut ticket = String::new();
-    for line in lines.by_ref() {
-        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
-        ticket = event["ticket"].as_str().unwrap().to_string();
-        let first_test = event["kind"] == "node.started" && event["payload"]["node"] == "test";
-        seen.push(event);
-        if first_test {
-            break;
-        }
-    }
-    assert!(
-        seen.last().is_some_and(|e| e["kind"] == "node.started"),
-        "the ticket ended before its test node: {seen:#?}"
-    );
+    let run = CutRun::up_to_the_test_node(child);
+    let ticket = run.ticket.clone();
     // The Pod the ticket runs in, and its test node's command seen running there: a point the
     // test chose, then the Pod is deleted under the engine.
     let pods = Api::<Pod>::namespaced(client.clone(), &cluster.namespace);
@@ -171,26 +159,7 @@ async fn a_ticket_survives_its_pod_being_deleted_after_a_checkpoint() {
     })
     .await;
     pods.delete(&name, &DeleteParams::default()).await.unwrap();
-    for line in lines {
-        seen.push(serde_json::from_str(&line.unwrap()).unwrap());
-    }
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{seen:#?}");
-
-    assert_eq!(kinds(&seen, "sandbox.lost").len(), 1, "{seen:#?}");
-    let store = SqlStore::connect(&store_url).await.unwrap();
-    let attempts = attempts(&store, &ticket).await;
-    assert_eq!(attempts["clone"], 1);
-    assert_eq!(attempts["change"], 1, "a completed node never runs again");
-    assert_eq!(attempts["test"], 2, "the interrupted node ran again");
-    assert_eq!(attempts["push"], 1);
-    let branch = format!("refs/heads/afe/{ticket}/work");
-    assert_eq!(
-        server.file("app", &branch, "notes.txt").as_deref(),
-        Some(&b"notes\nchanged\n"[..]),
-        "the change ran once, and the new Pod was restored with it"
-    );
-    assert_eq!(server.seen.pushes.load(Ordering::SeqCst), 1);
+    run.survived(&store_url, &server).await;
     let namespace = cluster.namespace.clone();
     until("the ticket's Pods and PVCs are gone", || {
         let client = client.clone();

@@ -5,9 +5,7 @@
 
 mod tickets;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering;
 
 use afe_store::{SqlStore, Store};
 use serde_json::Value;
@@ -113,7 +111,7 @@ async fn the_ticket_survives_losing_its_sandbox_without_repeating_a_completed_no
     config(&dir, &[], true, None);
     let (server, input) = repository(&dir).await;
     let store_url = afe_testkit::sqlite_url(&dir);
-    let mut child = afe()
+    let child = afe()
         .args([
             "run", "--local", "--json", "--flow", "demo", "--store", &store_url, "-c",
         ])
@@ -123,24 +121,10 @@ async fn the_ticket_survives_losing_its_sandbox_without_repeating_a_completed_no
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    let mut ticket = String::new();
     // Up to the test node's first start; then its command is seen running, then the container
     // is killed: a point the test chose, not a moment it guessed.
-    for line in lines.by_ref() {
-        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
-        ticket = event["ticket"].as_str().unwrap().to_string();
-        let first_test = event["kind"] == "node.started" && event["payload"]["node"] == "test";
-        seen.push(event);
-        if first_test {
-            break;
-        }
-    }
-    assert!(
-        seen.last().is_some_and(|e| e["kind"] == "node.started"),
-        "the ticket ended before its test node: {seen:#?}"
-    );
+    let run = CutRun::up_to_the_test_node(child);
+    let ticket = run.ticket.clone();
     wait_for_process(&ticket, "sleep 600").await;
     let docker = bollard::Docker::connect_with_local_defaults().unwrap();
     docker
@@ -150,31 +134,7 @@ async fn the_ticket_survives_losing_its_sandbox_without_repeating_a_completed_no
         )
         .await
         .unwrap();
-    for line in lines {
-        seen.push(serde_json::from_str(&line.unwrap()).unwrap());
-    }
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{seen:#?}");
-
-    assert_eq!(kinds(&seen, "sandbox.lost").len(), 1, "{seen:#?}");
-    let store = SqlStore::connect(&store_url).await.unwrap();
-    let attempts = attempts(&store, &ticket).await;
-    assert_eq!(attempts["clone"], 1);
-    assert_eq!(attempts["change"], 1, "a completed node never runs again");
-    assert_eq!(attempts["test"], 2, "the interrupted node ran again");
-    assert_eq!(attempts["push"], 1);
-    let started_change = kinds(&seen, "node.started")
-        .iter()
-        .filter(|e| e["payload"]["node"] == "change")
-        .count();
-    assert_eq!(started_change, 1);
-    // The side effect: one line, so the change ran once, and the restored workspace had it.
-    let branch = format!("refs/heads/afe/{ticket}/work");
-    assert_eq!(
-        server.file("app", &branch, "notes.txt").as_deref(),
-        Some(&b"notes\nchanged\n"[..])
-    );
-    assert_eq!(server.seen.pushes.load(Ordering::SeqCst), 1);
+    run.survived(&store_url, &server).await;
     assert_eq!(left_of(&ticket).await, (0, 0));
 }
 

@@ -253,3 +253,75 @@ spec:
   fields:
     repository: string
 "#;
+
+/// A running `afe run --json` whose flow is `config(.., wait_first: true, ..)`'s, read up to its
+/// test node's first start: a point the test chose, where it cuts the sandbox.
+pub struct CutRun {
+    pub child: std::process::Child,
+    pub lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    pub seen: Vec<serde_json::Value>,
+    pub ticket: String,
+}
+
+impl CutRun {
+    /// Reads `child`'s events up to the test node's first `node.started`.
+    pub fn up_to_the_test_node(mut child: std::process::Child) -> CutRun {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        let mut ticket = String::new();
+        for line in lines.by_ref() {
+            let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            ticket = event["ticket"].as_str().unwrap().to_string();
+            let first_test = event["kind"] == "node.started" && event["payload"]["node"] == "test";
+            seen.push(event);
+            if first_test {
+                break;
+            }
+        }
+        assert!(
+            seen.last().is_some_and(|e| e["kind"] == "node.started"),
+            "the ticket ended before its test node: {seen:#?}"
+        );
+        CutRun {
+            child,
+            lines,
+            seen,
+            ticket,
+        }
+    }
+
+    /// Once the sandbox was cut: the run ends done, having lost its sandbox once, run no
+    /// completed node again, run the interrupted one again, and pushed the change once — one
+    /// line in the pushed file, so the change ran once and the restored workspace had it.
+    pub async fn survived(mut self, store_url: &str, server: &GitServer) {
+        for line in self.lines {
+            self.seen
+                .push(serde_json::from_str(&line.unwrap()).unwrap());
+        }
+        let seen = self.seen;
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{seen:#?}");
+        assert_eq!(kinds(&seen, "sandbox.lost").len(), 1, "{seen:#?}");
+        let store = afe_store::SqlStore::connect(store_url).await.unwrap();
+        let attempts = attempts(&store, &self.ticket).await;
+        assert_eq!(attempts["clone"], 1);
+        assert_eq!(attempts["change"], 1, "a completed node never runs again");
+        assert_eq!(attempts["test"], 2, "the interrupted node ran again");
+        assert_eq!(attempts["push"], 1);
+        let started_change = kinds(&seen, "node.started")
+            .iter()
+            .filter(|e| e["payload"]["node"] == "change")
+            .count();
+        assert_eq!(started_change, 1);
+        let branch = format!("refs/heads/afe/{}/work", self.ticket);
+        assert_eq!(
+            server.file("app", &branch, "notes.txt").as_deref(),
+            Some(&b"notes\nchanged\n"[..])
+        );
+        assert_eq!(
+            server.seen.pushes.load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+    }
+}
