@@ -41,6 +41,13 @@ fn netlock_denies_every_route_to_the_workload_and_none_to_the_proxy() {
         "{report}"
     );
 
+    only_the_proxy_uid_gets_out(&world);
+}
+
+/// With the lock applied in `world`: the proxy's uid gets out on every route, each listener
+/// counting it once (the positive control), and the workload's uid on none, nothing of it
+/// arriving anywhere.
+fn only_the_proxy_uid_gets_out(world: &World) {
     // Positive control: the proxy's uid gets out on every route, and every listener counts it.
     let open = world.as_uid(PROXY_UID, &every_route());
     let open_verdict = verdict(&open);
@@ -90,6 +97,59 @@ fn netlock_denies_every_route_to_the_workload_and_none_to_the_proxy() {
         reached_by_proxy,
         "nothing from the workload may arrive anywhere"
     );
+}
+
+/// afe's ticket Pod on Kubernetes: its netlock init container's arguments as the reviewed golden
+/// of the rendered Pod holds them (`crates/afe-sandbox-kube/tests/golden/`, which the renderer
+/// must match), run here on the kernel: the proxy's uid out on every route, IPv4 and IPv6, the
+/// sandbox's uid (the golden's `runAsUser`, 1000) nowhere.
+#[test]
+fn afe_ticket_pods_netlock_as_rendered_lets_out_the_proxy_uid_alone() {
+    let golden = include_str!("../../afe-sandbox-kube/tests/golden/sandbox-egress.yaml");
+    let pod: serde_json::Value = golden
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_saphyr::from_str::<serde_json::Value>(d).unwrap())
+        .find(|d| d["kind"] == "Pod")
+        .expect("the golden holds the Pod");
+    let init = &pod["spec"]["initContainers"][0];
+    assert_eq!(init["name"], "netlock");
+    let args: Vec<&str> = init["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let containers = pod["spec"]["containers"].as_array().unwrap();
+    let uid_of = |name: &str| {
+        containers.iter().find(|c| c["name"] == name).unwrap()["securityContext"]["runAsUser"]
+            .as_u64()
+            .unwrap() as u32
+    };
+    assert_eq!(
+        uid_of("sandbox"),
+        WORKLOAD_UID,
+        "the world's workload is the sandbox's uid"
+    );
+    assert_eq!(
+        uid_of("proxy"),
+        PROXY_UID,
+        "the world's proxy is the proxy's uid"
+    );
+    let world = World::new("k");
+    let mut argv = vec![af_proxy()];
+    argv.extend(args);
+    let output = world.in_workload(&argv);
+    assert!(
+        output.status.success(),
+        "the init container's netlock failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = verdict(&output);
+    assert_eq!(report["ipv4"], "locked", "{report}");
+    assert_eq!(report["ipv6"], "locked", "{report}");
+    assert_eq!(report["proxy_uid"], PROXY_UID, "{report}");
+    only_the_proxy_uid_gets_out(&world);
 }
 
 /// A node on the legacy iptables backend: netlock names it and the lock holds the same.
