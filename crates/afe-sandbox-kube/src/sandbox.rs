@@ -431,8 +431,9 @@ impl Sandbox for KubeSandbox {
         sandbox: &Opened,
         request: &ExecRequest,
     ) -> Result<Attached, SandboxError> {
-        let argv = command::wrap(request)?;
-        exec::start(
+        let pid_file = command::pid_file(&random_suffix());
+        let argv = command::wrap_keeping_pid(request, &pid_file)?;
+        let attached = exec::start(
             &self.client,
             &self.settings.namespace,
             &sandbox.id,
@@ -440,7 +441,14 @@ impl Sandbox for KubeSandbox {
             &argv,
         )
         .await
-        .map_err(|e| e.into_error(&sandbox.ticket, "starting a command in the sandbox"))
+        .map_err(|e| e.into_error(&sandbox.ticket, "starting a command in the sandbox"))?;
+        Ok(killable(
+            attached,
+            self.client.clone(),
+            self.settings.namespace.clone(),
+            sandbox.id.clone(),
+            pid_file,
+        ))
     }
 
     async fn put(
@@ -624,6 +632,54 @@ impl Sandbox for KubeSandbox {
                 )
             })?;
         Ok(())
+    }
+}
+
+/// `attached`, whose kill (sent or dropped before the command ended) kills the command in the Pod
+/// by the process id it kept — closing the exec stream alone would leave it running — and then
+/// closes the stream.
+fn killable(
+    attached: Attached,
+    client: kube::Client,
+    namespace: String,
+    pod: String,
+    pid_file: String,
+) -> Attached {
+    let Attached {
+        stdin,
+        output,
+        status: mut ended,
+        kill: close,
+    } = attached;
+    let (kill, mut killed) = tokio::sync::oneshot::channel::<()>();
+    let (status_tx, status) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let outcome = tokio::select! {
+            // A command that has ended is not killed, whatever came with it.
+            biased;
+            outcome = &mut ended => outcome,
+            _ = &mut killed => {
+                if let Ok(mut by) = exec::start(&client, &namespace, &pod, SANDBOX, &command::kill(&pid_file)).await {
+                    drop(by.stdin);
+                    while by.output.recv().await.is_some() {}
+                    let _ = by.status.await;
+                }
+                drop(close);
+                ended.await
+            }
+        };
+        let _ = status_tx.send(outcome.unwrap_or_else(|_| {
+            Err(platform(
+                "running an attached command",
+                "its stream's task ended without a status",
+            ))
+        }));
+    });
+    Attached {
+        stdin,
+        output,
+        status,
+        kill,
     }
 }
 

@@ -12,15 +12,46 @@ use afe_sandbox_kube::KubeSandbox;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::routing::get;
 
-/// Reads frames until stdin closes (v5's close frame for stream 0), then answers.
-async fn command(mut socket: WebSocket) {
+/// What the fake server saw and does: every command's argv, and a signal that ends the running
+/// one as a SIGKILL would.
+#[derive(Default)]
+struct Kubelet {
+    commands: std::sync::Mutex<Vec<Vec<String>>>,
+    killed: tokio::sync::Notify,
+}
+
+async fn send_status(socket: &mut WebSocket, status: &[u8]) {
+    let mut frame = vec![3u8];
+    frame.extend_from_slice(status);
+    let _ = socket.send(Message::Binary(frame.into())).await;
+    let _ = socket.send(Message::Close(None)).await;
+}
+
+/// A command: the kill command ends at once (and ends the running one, 137); any other reads
+/// frames until stdin closes (v5's close frame for stream 0), then answers — or is killed first.
+async fn command(mut socket: WebSocket, argv: Vec<String>, kubelet: Arc<Kubelet>) {
+    if argv.iter().any(|a| a.contains("kill -KILL")) {
+        // A permit kept if the running command is not waiting yet.
+        kubelet.killed.notify_one();
+        send_status(&mut socket, br#"{"metadata":{},"status":"Success"}"#).await;
+        return;
+    }
     let mut stdin = Vec::new();
-    while let Some(Ok(message)) = socket.recv().await {
-        if let Message::Binary(frame) = message {
-            match frame.first() {
-                Some(0) => stdin.extend_from_slice(&frame[1..]),
-                Some(255) if frame.get(1) == Some(&0) => break,
-                _ => {}
+    loop {
+        tokio::select! {
+            message = socket.recv() => match message {
+                Some(Ok(Message::Binary(frame))) => match frame.first() {
+                    Some(0) => stdin.extend_from_slice(&frame[1..]),
+                    Some(255) if frame.get(1) == Some(&0) => break,
+                    _ => {}
+                },
+                Some(Ok(_)) => {}
+                _ => return,
+            },
+            _ = kubelet.killed.notified() => {
+                let status = br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: exit code 137","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"137"}]}}"#;
+                send_status(&mut socket, status).await;
+                return;
             }
         }
     }
@@ -32,10 +63,7 @@ async fn command(mut socket: WebSocket) {
         .send(Message::Binary(vec![2u8, b'e', b'r', b'r'].into()))
         .await;
     let status = br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: exit code 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#;
-    let mut frame = vec![3u8];
-    frame.extend_from_slice(status);
-    let _ = socket.send(Message::Binary(frame.into())).await;
-    let _ = socket.send(Message::Close(None)).await;
+    send_status(&mut socket, status).await;
 }
 
 /// The Pod as the fake server reports it: running and ready, or being deleted.
@@ -56,19 +84,42 @@ async fn server(protocols: &'static [&'static str]) -> String {
 
 /// The same, its Pod `deleting` or not.
 async fn server_of(protocols: &'static [&'static str], deleting: bool) -> String {
-    let app = axum::Router::new()
-        .route(
-            "/api/v1/namespaces/afe-sandbox/pods/{name}/exec",
-            get(move |upgrade: WebSocketUpgrade| async move {
-                upgrade
-                    .protocols(protocols.iter().copied())
-                    .on_upgrade(command)
-            }),
-        )
-        .route(
-            "/api/v1/namespaces/afe-sandbox/pods/afe-pod",
-            get(move || async move { axum::Json(pod(deleting)) }),
-        );
+    serve(protocols, deleting, Arc::new(Kubelet::default())).await
+}
+
+async fn serve(
+    protocols: &'static [&'static str],
+    deleting: bool,
+    kubelet: Arc<Kubelet>,
+) -> String {
+    let app =
+        axum::Router::new()
+            .route(
+                "/api/v1/namespaces/afe-sandbox/pods/{name}/exec",
+                get(
+                    move |upgrade: WebSocketUpgrade,
+                          axum::extract::Query(query): axum::extract::Query<
+                        Vec<(String, String)>,
+                    >| {
+                        let kubelet = kubelet.clone();
+                        async move {
+                            let argv: Vec<String> = query
+                                .into_iter()
+                                .filter(|(key, _)| key == "command")
+                                .map(|(_, value)| value)
+                                .collect();
+                            kubelet.commands.lock().unwrap().push(argv.clone());
+                            upgrade
+                                .protocols(protocols.iter().copied())
+                                .on_upgrade(move |socket| command(socket, argv, kubelet))
+                        }
+                    },
+                ),
+            )
+            .route(
+                "/api/v1/namespaces/afe-sandbox/pods/afe-pod",
+                get(move || async move { axum::Json(pod(deleting)) }),
+            );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -154,4 +205,28 @@ async fn a_command_cut_by_its_pods_deletion_is_the_sandbox_gone() {
         .unwrap_err();
     assert!(err.is_gone(), "{err}");
     assert!(err.to_string().contains("being deleted"), "{err}");
+}
+
+/// Killing an attached command kills it in the Pod, by the process id its wrapper kept (closing
+/// the stream alone would leave it running), and its status is then the kill's.
+#[tokio::test]
+async fn a_killed_attached_command_is_killed_in_the_pod_by_its_kept_pid() {
+    let kubelet = Arc::new(Kubelet::default());
+    let url = serve(&["v5.channel.k8s.io"], false, kubelet.clone()).await;
+    let attached = sandbox_at(&url)
+        .attach(&opened(), &ExecRequest::new(["sleep", "600"]))
+        .await
+        .unwrap();
+    attached.kill.send(()).unwrap();
+    let status = attached.status.await.unwrap().unwrap();
+    assert_eq!(status, 137);
+    let commands = kubelet.commands.lock().unwrap().clone();
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    let pid_file = &commands[0][4];
+    assert!(pid_file.starts_with("/tmp/afe-exec-"), "{commands:?}");
+    assert_eq!(commands[0].last().unwrap(), "600");
+    assert!(
+        commands[1][2].contains("kill -KILL") && commands[1][4] == *pid_file,
+        "{commands:?}"
+    );
 }
