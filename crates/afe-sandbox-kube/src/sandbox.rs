@@ -545,7 +545,16 @@ impl Sandbox for KubeSandbox {
         self.claims()
             .patch(&sandbox.id, &params, &Patch::Merge(&patch))
             .await
-            .map_err(|e| platform(format!("marking PersistentVolumeClaim {}", sandbox.id), e))?;
+            .map_err(|e| {
+                if is_status(&e, 404) {
+                    SandboxError::Gone {
+                        ticket: sandbox.ticket.clone(),
+                        why: format!("PersistentVolumeClaim {} was deleted", sandbox.id),
+                    }
+                } else {
+                    platform(format!("marking PersistentVolumeClaim {}", sandbox.id), e)
+                }
+            })?;
         Ok(())
     }
 
