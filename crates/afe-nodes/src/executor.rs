@@ -383,4 +383,14 @@ impl NodeExecutor for SandboxExecutor {
             tracing::warn!(%ticket, error = %err, "cannot remove the ended ticket's sandbox; the reaper will");
         }
     }
+
+    async fn ticket_paused(&self, ticket: &str) {
+        match self.sandbox.opened(ticket).await {
+            Ok(Some(opened)) => self.mark(&opened, Lifecycle::Paused).await,
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(%ticket, error = %err, "cannot find the paused ticket's sandbox to mark it")
+            }
+        }
+    }
 }

@@ -791,6 +791,19 @@ impl Sandbox for DockerSandbox {
             .map_err(|e| platform("reading the proxy's decisions", e))
     }
 
+    async fn opened(&self, ticket: &str) -> Result<Option<Opened>, SandboxError> {
+        let found = self.find(ticket).await?;
+        Ok(found
+            .containers
+            .get(&Role::Sandbox)
+            .filter(|(running, _)| *running)
+            .map(|_| Opened {
+                ticket: ticket.to_string(),
+                id: Names::of(ticket).sandbox,
+                fresh: false,
+            }))
+    }
+
     async fn remove(&self, ticket: &str) -> Result<(), SandboxError> {
         let listed = self.containers_of(ticket).await?;
         // The containers that join the holder's namespace go before the holder.

@@ -331,15 +331,21 @@ async fn remove_takes_everything_of_the_ticket_by_label_and_is_idempotent() {
     let ticket = ticket();
     let _cleanup = Cleanup(ticket.clone());
     let sandbox = adapter(DockerSandboxSettings::default()).await;
-    open(&sandbox, &spec(&ticket)).await;
+    let opened = open(&sandbox, &spec(&ticket)).await;
     assert_eq!(
         sandbox_objects(&ticket).await,
         (2, 1),
         "holder and sandbox (no proxy without egress), and the volume"
     );
+    // Found by its ticket alone, as the worker finds a paused ticket's sandbox to mark it.
+    assert_eq!(
+        sandbox.opened(&ticket).await.unwrap().map(|o| o.id),
+        Some(opened.id)
+    );
     sandbox.remove(&ticket).await.unwrap();
     sandbox.remove(&ticket).await.unwrap();
     assert_eq!(sandbox_objects(&ticket).await, (0, 0));
+    assert_eq!(sandbox.opened(&ticket).await.unwrap(), None);
 }
 
 /// A sandbox whose container was killed is gone: a command in it says so (the engine restores the

@@ -624,6 +624,19 @@ impl Sandbox for KubeSandbox {
         control_client::read_decisions(&body).map_err(|e| platform(operation, e))
     }
 
+    async fn opened(&self, ticket: &str) -> Result<Option<Opened>, SandboxError> {
+        Ok(self
+            .live_pods(ticket)
+            .await?
+            .into_iter()
+            .find_map(|pod| pod.metadata.name)
+            .map(|id| Opened {
+                ticket: ticket.to_string(),
+                id,
+                fresh: false,
+            }))
+    }
+
     async fn remove(&self, ticket: &str) -> Result<(), SandboxError> {
         let selected = ListParams::default().labels(&render::selector(ticket));
         let delete = DeleteParams::background();

@@ -80,6 +80,14 @@ async fn an_unchanged_sandbox_is_reused_and_its_marker_is_on_pod_and_claim() {
         Arc::new(|| "abcde".into()),
     );
     let first = sandbox.open(&support::spec(&[])).await.unwrap();
+    assert_eq!(
+        sandbox.opened(support::TICKET).await.unwrap(),
+        Some(afe_sandbox::Opened {
+            fresh: false,
+            ..first.clone()
+        }),
+        "found by its ticket alone"
+    );
     let again = sandbox.open(&support::spec(&[])).await.unwrap();
     assert_eq!((again.id.as_str(), again.fresh), (first.id.as_str(), false));
     let marker = afe_sandbox::Marker::now(afe_sandbox::Lifecycle::Working, "w1");

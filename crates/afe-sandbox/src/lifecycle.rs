@@ -15,6 +15,8 @@ pub enum Lifecycle {
     Working,
     /// Its ticket ended (done, failed, cancelled); it is being removed.
     Ended,
+    /// Its ticket was paused by a person: kept, with its workspace, however long the pause.
+    Paused,
 }
 
 /// The marker an adapter stores: the state and when the engine last said it (milliseconds since
@@ -41,9 +43,15 @@ impl Marker {
 
     /// Whether a reaper may remove the sandbox: its ticket ended, or nobody said anything of it for
     /// longer than `grace` (a worker that died between the end and the removal, or mid-ticket).
+    /// A paused ticket's sandbox is never an orphan: its heartbeat stops on purpose.
     pub fn is_orphan(&self, now_ms: i64, grace: std::time::Duration) -> bool {
-        self.state == Lifecycle::Ended
-            || now_ms.saturating_sub(self.heartbeat_ms) > grace.as_millis() as i64
+        match self.state {
+            Lifecycle::Ended => true,
+            Lifecycle::Paused => false,
+            Lifecycle::Open | Lifecycle::Working => {
+                now_ms.saturating_sub(self.heartbeat_ms) > grace.as_millis() as i64
+            }
+        }
     }
 }
 
@@ -64,6 +72,10 @@ mod tests {
         assert!(!marker(Lifecycle::Working, 1_000_000).is_orphan(1_059_000, grace));
         assert!(marker(Lifecycle::Working, 1_000_000).is_orphan(1_061_000, grace));
         assert!(!marker(Lifecycle::Open, 1_000_000).is_orphan(1_000_000, grace));
+        assert!(
+            !marker(Lifecycle::Paused, 0).is_orphan(1_000_000_000, grace),
+            "a paused ticket's sandbox is kept, however old its heartbeat"
+        );
         let text = serde_json::to_string(&marker(Lifecycle::Open, 5)).unwrap();
         assert_eq!(text, r#"{"state":"open","heartbeat_ms":5,"worker":"w"}"#);
     }

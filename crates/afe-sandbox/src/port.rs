@@ -74,6 +74,10 @@ pub trait Sandbox: Send + Sync {
         since: Option<&str>,
     ) -> Result<Vec<DecisionRecord>, SandboxError>;
 
+    /// The ticket's sandbox as it is now, if one runs (not reopened, not waited on): for marking a
+    /// sandbox whose ticket is not being worked on.
+    async fn opened(&self, ticket: &str) -> Result<Option<Opened>, SandboxError>;
+
     /// Removes everything of `ticket` (its sandbox, its workspace), found by its label. Idempotent:
     /// nothing left is not an error.
     async fn remove(&self, ticket: &str) -> Result<(), SandboxError>;

@@ -206,4 +206,8 @@ pub trait NodeExecutor: Send + Sync {
     /// The ticket ended (done, failed, cancelled): whatever the executor keeps for it (its
     /// sandbox) can go.
     async fn ticket_ended(&self, _ticket: &str) {}
+
+    /// The ticket was paused by a person: whatever the executor keeps for it stays, marked so
+    /// that a reaper keeps it too.
+    async fn ticket_paused(&self, _ticket: &str) {}
 }

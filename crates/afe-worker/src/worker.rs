@@ -303,6 +303,7 @@ impl Worker {
                     let _ = self.queue.ack(&delivery).await;
                 }
                 Ok(TicketState::Paused) => {
+                    self.executor.ticket_paused(&ticket).await;
                     let _ = self.queue.ack(&delivery).await;
                 }
                 _ => {}

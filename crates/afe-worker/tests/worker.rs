@@ -398,6 +398,7 @@ spec:
 struct Notes {
     ran: std::sync::Mutex<Vec<(String, i32)>>,
     ended: std::sync::Mutex<Vec<String>>,
+    paused: std::sync::Mutex<Vec<String>>,
 }
 
 impl Notes {
@@ -410,6 +411,18 @@ impl Notes {
 
     fn ended(&self, ticket: &str) {
         self.ended.lock().unwrap().push(ticket.to_string());
+    }
+
+    /// Waits (up to a minute) until the worker said `ticket` was paused.
+    async fn wait_paused(&self, ticket: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !self.paused.lock().unwrap().iter().any(|t| t == ticket) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the worker never let {ticket} go as paused"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -509,6 +522,10 @@ impl NodeExecutor for Stuck {
     async fn ticket_ended(&self, ticket: &str) {
         self.notes.ended(ticket);
     }
+
+    async fn ticket_paused(&self, ticket: &str) {
+        self.notes.paused.lock().unwrap().push(ticket.to_string());
+    }
 }
 
 /// The ticket is in n2 for good; what a stop through the API does next is the test's.
@@ -570,13 +587,19 @@ async fn a_ticket_cancelled_mid_node_stops_its_worker_and_loses_its_sandbox(pair
     pair.close().await;
 }
 
-/// Paused while its node runs, then resumed: the node runs again (attempt 2), the one before it
-/// does not, and the ticket finishes.
+/// Paused while its node runs, then resumed: the worker lets it go as paused (its sandbox kept and
+/// marked so), the node runs again (attempt 2), the one before it does not, and the ticket
+/// finishes.
 async fn a_ticket_paused_mid_node_runs_that_node_again_when_resumed(pair: Pair) {
     let (executor, id, stop, worker) = stuck_in_n2(&pair).await;
     let (paused, events) = pair.store.pause(&id).await.unwrap();
     assert_eq!(paused.state, TicketState::Paused);
     announce(&pair, &events).await;
+    executor.notes.wait_paused(&id).await;
+    assert!(
+        executor.notes.ended.lock().unwrap().is_empty(),
+        "a paused ticket's sandbox is not removed"
+    );
     let (_, events) = pair.store.resume(&id).await.unwrap();
     announce(&pair, &events).await;
     pair.queue.enqueue(&id).await.unwrap();
