@@ -28,9 +28,8 @@ use crate::KubeSandboxSettings;
 
 /// The field manager of every apply (server-side apply, one manager).
 pub const FIELD_MANAGER: &str = "afe-worker";
-/// The annotation holding the lifecycle marker ([`afe_sandbox::Marker`], JSON) on the Pod and
-/// the PVC: what the reaper reads.
-pub const LIFECYCLE: &str = "afe.dev/lifecycle";
+/// The annotation holding the lifecycle marker on the Pod and the PVC: what the reaper reads.
+pub use afe_sandbox::labels::LIFECYCLE;
 /// The containers' names.
 pub const NETLOCK: &str = "netlock";
 pub const SANDBOX: &str = "sandbox";

@@ -23,3 +23,7 @@ pub fn for_ticket(ticket: &str, signature: &str) -> Vec<(String, String)> {
         (STATE.to_string(), "open".to_string()),
     ]
 }
+
+/// The annotation a platform that can change them (Kubernetes) keeps the lifecycle marker in
+/// ([`crate::Marker`], JSON), on the sandbox and its volume: what a reaper reads.
+pub const LIFECYCLE: &str = "afe.dev/lifecycle";

@@ -1,0 +1,7 @@
+//! afe's Kubernetes operator (seed 003, "L'operator"). Built so far: the reaper, step 5 of every
+//! reconcile — it finds the sandbox namespace's objects by afe's labels and removes those whose
+//! ticket ended or whose worker went silent, reading neither the store nor the afe API.
+//!
+//! - [`reaper`]: the judgement of one object (pure) and the sweep of a namespace.
+
+pub mod reaper;
