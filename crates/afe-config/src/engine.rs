@@ -144,6 +144,10 @@ pub struct EngineSandbox {
     pub orphan_grace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<NetworkPolicyKnob>,
+    /// The engine image the sandboxes' netlock and proxy run from (af's, `/af-proxy`). Default:
+    /// afe's own image, which carries `/af-proxy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_image: Option<EngineImage>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 pub use embedded::EmbeddedQueue;
 pub use error::QueueError;
 pub use notify::{EmbeddedNotifier, Notice, Notifier, RedisNotifier};
-pub use redis_queue::RedisQueue;
+pub use redis_queue::{GROUP as CONSUMER_GROUP, RedisQueue};
 
 /// How the queue treats entries nobody finishes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

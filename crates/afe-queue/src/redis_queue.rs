@@ -12,7 +12,7 @@ use redis::{AsyncCommands, Value};
 
 use crate::{DeadLetter, Delivery, Queue, QueueError, QueueSettings};
 
-const GROUP: &str = "workers";
+pub const GROUP: &str = "workers";
 
 #[derive(Clone)]
 pub struct RedisQueue {

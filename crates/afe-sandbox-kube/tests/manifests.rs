@@ -16,7 +16,6 @@ fn root() -> PathBuf {
 
 /// Every object, one file each (a failure names it), in a fresh folder.
 fn objects(dir: &Path) -> Vec<PathBuf> {
-    std::fs::create_dir_all(dir).unwrap();
     let mut texts = Vec::new();
     let open = support::spec(&["pypi.org"]);
     for yaml in [
@@ -37,70 +36,13 @@ fn objects(dir: &Path) -> Vec<PathBuf> {
     ] {
         texts.push(std::fs::read_to_string(root().join("deploy/kind/sandbox").join(file)).unwrap());
     }
-    texts
-        .iter()
-        .enumerate()
-        .map(|(n, text)| {
-            let path = dir.join(format!("object-{n:02}.yaml"));
-            std::fs::write(&path, text).unwrap();
-            path
-        })
-        .collect()
-}
-
-fn versions() -> Vec<String> {
-    let listed = Command::new("python3")
-        .args([
-            "-c",
-            "import kubernetes_validate, os\n\
-             d = os.path.join(os.path.dirname(kubernetes_validate.__file__), 'kubernetes-json-schema')\n\
-             print('\\n'.join(n[1:-len('-local-strict')] for n in os.listdir(d) if n.endswith('-local-strict')))",
-        ])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        listed.status.success(),
-        "kubernetes-validate is not installed (.ci/install installs it): {}",
-        String::from_utf8_lossy(&listed.stderr)
-    );
-    let mut versions: Vec<(u32, u32, String)> = String::from_utf8_lossy(&listed.stdout)
-        .lines()
-        .filter_map(|v| {
-            let mut parts = v.split('.');
-            Some((
-                parts.next()?.parse().ok()?,
-                parts.next()?.parse().ok()?,
-                v.to_string(),
-            ))
-        })
-        .filter(|(major, minor, _)| (*major, *minor) >= (1, 30))
-        .collect();
-    versions.sort();
-    versions.into_iter().map(|(_, _, v)| v).collect()
+    afe_testkit::kubernetes_validate::write_each(dir, &texts)
 }
 
 #[test]
 fn every_object_passes_the_official_schemas_strictly_on_every_version() {
-    let versions = versions();
-    assert!(
-        versions.len() >= 3,
-        "three Kubernetes versions at least: {versions:?}"
-    );
     let dir = std::env::temp_dir().join(format!("afe-kube-schemas-{}", std::process::id()));
-    let files = objects(&dir);
-    for version in &versions {
-        let out = Command::new("kubernetes-validate")
-            .args(["--strict", "--quiet", "-k", version])
-            .args(&files)
-            .output()
-            .expect("kubernetes-validate runs");
-        assert!(
-            out.status.success(),
-            "Kubernetes {version}:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    afe_testkit::kubernetes_validate::assert_strict_on_every_version(&objects(&dir));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -6,15 +6,11 @@ mod support;
 use std::path::Path;
 
 fn golden(name: &str, text: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("AFE_UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, text).unwrap();
-    }
-    let kept = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (AFE_UPDATE_GOLDEN=1 writes it)", path.display()));
-    assert_eq!(text, kept, "{name} differs from its golden");
+    afe_testkit::golden(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden"),
+        name,
+        text,
+    );
 }
 
 #[test]

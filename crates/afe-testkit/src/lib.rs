@@ -3,6 +3,7 @@
 //! whose server is missing fails and says how to start it — it is never skipped.
 
 pub mod git_server;
+pub mod kubernetes_validate;
 pub mod mcp_server;
 pub mod model_server;
 pub mod otlp_receiver;
@@ -422,4 +423,16 @@ where
             });
         }
     })
+}
+
+/// Compares `text` with the reviewed file `name` in `dir` (a crate's `tests/golden/`), and writes
+/// it there instead when `AFE_UPDATE_GOLDEN` is set.
+pub fn golden(dir: &Path, name: &str, text: &str) {
+    let path = dir.join(name);
+    if std::env::var_os("AFE_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, text).unwrap();
+    }
+    let kept = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (AFE_UPDATE_GOLDEN=1 writes it)", path.display()));
+    assert_eq!(text, kept, "{name} differs from its golden");
 }
