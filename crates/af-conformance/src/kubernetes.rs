@@ -126,7 +126,11 @@ impl KubeHarness {
         };
         let runtime =
             runtime.with_image_work(std::sync::Arc::new(DockerImageWork::new(docker.clone())));
-        let client = match kube::Client::try_default().await {
+        let config = match kube::Config::infer().await {
+            Ok(config) => config,
+            Err(err) => return Err((outside, err.to_string())),
+        };
+        let client = match af_kube::client_of(config) {
             Ok(client) => client,
             Err(err) => return Err((outside, err.to_string())),
         };

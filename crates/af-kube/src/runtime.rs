@@ -161,7 +161,7 @@ impl KubeRuntime {
             "context {chosen} (cluster {cluster_name}, {})",
             config.cluster_url
         );
-        let client = kube::Client::try_from(config)
+        let client = crate::client_of(config)
             .map_err(|e| crate::error::api("connecting to the cluster", e))?;
         let mut runtime = KubeRuntime::new(
             client,
