@@ -76,7 +76,10 @@ mod erased {
 fn yaml(objects: &[Value]) -> String {
     objects
         .iter()
-        .map(|o| format!("---\n{}", serde_saphyr::to_string(o).unwrap()))
+        .map(|o| {
+            let o = afe_testkit::sorted_keys(o.clone());
+            format!("---\n{}", serde_saphyr::to_string(&o).unwrap())
+        })
         .collect()
 }
 

@@ -395,17 +395,40 @@ pub fn names_gvisor(class: &str) -> bool {
     lower.contains("gvisor") || lower.contains("runsc")
 }
 
-/// Both objects as YAML documents, for goldens and the schema and checkov tiers.
+/// Both objects as YAML documents, keys sorted (the same text whatever order serde_json keeps
+/// keys in), for goldens and the schema and checkov tiers.
 pub fn to_yaml(claim: &PersistentVolumeClaim, pod: &Pod) -> String {
     let mut out = String::new();
     for value in [
-        with_kind(serde_json::to_value(claim), "PersistentVolumeClaim"),
-        with_kind(serde_json::to_value(pod), "Pod"),
+        sorted_keys(with_kind(
+            serde_json::to_value(claim),
+            "PersistentVolumeClaim",
+        )),
+        sorted_keys(with_kind(serde_json::to_value(pod), "Pod")),
     ] {
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&value).unwrap_or_default());
     }
     out
+}
+
+fn sorted_keys(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sorted_keys).collect())
+        }
+        other => other,
+    }
 }
 
 /// `value` with its apiVersion and kind first (k8s-openapi leaves them to the client).
