@@ -80,26 +80,6 @@ async fn left_in_cluster(client: &kube::Client, namespace: &str, ticket: &str) -
     )
 }
 
-/// Polls, up to ten minutes, until `check` holds; a cluster takes the time it takes.
-async fn until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = std::time::Instant::now() + Duration::from_secs(600);
-    while !check().await {
-        assert!(std::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Whether a process whose command line holds `needle` runs in the ticket's sandbox Pod.
-async fn runs_in(sandbox: &KubeSandbox, opened: &Opened, needle: &str) -> bool {
-    let script = "for p in /proc/[0-9]*; do tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null; echo; done | grep -qF -- \"$1\"";
-    let request = ExecRequest::new(["sh", "-c", script, "sh", needle]);
-    matches!(sandbox.exec(opened, &request, &mut |_| {}).await, Ok(ran) if ran.succeeded())
-}
-
 fn settings(cluster: &Cluster) -> KubeSandboxSettings {
     KubeSandboxSettings {
         namespace: cluster.namespace.clone(),

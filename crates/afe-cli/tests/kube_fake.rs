@@ -139,21 +139,10 @@ async fn a_ticket_survives_its_pod_being_deleted_after_a_checkpoint() {
         id: name.clone(),
         fresh: false,
     };
-    let script = "for p in /proc/[0-9]*; do tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null; echo; done | grep -qF 'sleep 600'";
-    loop {
-        use afe_sandbox::Sandbox;
-        let ran = sandbox
-            .exec(
-                &opened,
-                &afe_sandbox::ExecRequest::new(["sh", "-c", script]),
-                &mut |_| {},
-            )
-            .await;
-        if ran.is_ok_and(|r| r.succeeded()) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    until("the test node's sleep runs in the Pod", || {
+        runs_in(&sandbox, &opened, "sleep 600")
+    })
+    .await;
     pods.delete(&name, &Default::default()).await.unwrap();
     run.survived(&store, &server).await;
     assert!(

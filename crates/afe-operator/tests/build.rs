@@ -77,7 +77,7 @@ fn yaml(objects: &[Value]) -> String {
     objects
         .iter()
         .map(|o| {
-            let o = afe_testkit::sorted_keys(o.clone());
+            let o = afe_sandbox_kube::render::sorted_keys(o.clone());
             format!("---\n{}", serde_saphyr::to_string(&o).unwrap())
         })
         .collect()

@@ -11,7 +11,7 @@ use af_sidecar_api::control_client;
 use af_sidecar_api::records::{DecisionQuery, DecisionRecord};
 use afe_sandbox::{
     Attached, ExecOutput, ExecRequest, Existing, Marker, OpenAction, Opened, OutputChunk, Payload,
-    Sandbox, SandboxError, SandboxSpec, labels, workspace,
+    Sandbox, SandboxError, SandboxSpec, inside, labels, workspace,
 };
 use async_trait::async_trait;
 use bollard::Docker;
@@ -686,16 +686,7 @@ impl Sandbox for DockerSandbox {
         payload: Payload,
     ) -> Result<(), SandboxError> {
         let path = workspace::confine(path)?;
-        // As the sandbox's user, inside the sandbox: a symlink the ticket made leads nowhere that
-        // user could not write anyway.
-        let (script, bytes) = match &payload {
-            Payload::File(bytes) => (r#"mkdir -p "$(dirname "$1")" && cat > "$1""#, bytes),
-            Payload::Tar(bytes) => (r#"mkdir -p "$1" && tar -x -f - -C "$1""#, bytes),
-        };
-        let argv = ["sh", "-c", script, "sh", &path]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let (argv, bytes) = inside::put_command(&path, &payload);
         let ran = self
             .run_own(
                 sandbox,
@@ -703,47 +694,19 @@ impl Sandbox for DockerSandbox {
                 "writing into the sandbox",
             )
             .await?;
-        if !ran.succeeded() {
-            return Err(SandboxError::PathRefused {
-                path,
-                why: ran.stderr.text().trim().to_string(),
-            });
-        }
-        Ok(())
+        inside::put_outcome(path, &ran)
     }
 
     async fn get(&self, sandbox: &Opened, path: &str, tar: bool) -> Result<Payload, SandboxError> {
         let path = workspace::confine(path)?;
-        let argv: Vec<String> = if tar {
-            ["tar", "-c", "-f", "-", "-C", &path, "."]
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-        } else {
-            vec!["cat".to_string(), path.clone()]
-        };
         let ran = self
             .run_own(
                 sandbox,
-                self.sandbox_command(sandbox, argv, None, GET_LIMIT),
+                self.sandbox_command(sandbox, inside::get_command(&path, tar), None, GET_LIMIT),
                 "reading from the sandbox",
             )
             .await?;
-        if !ran.succeeded() || ran.stdout.dropped > 0 {
-            return Err(SandboxError::PathRefused {
-                path,
-                why: if ran.stdout.dropped > 0 {
-                    format!("larger than {GET_LIMIT} bytes")
-                } else {
-                    ran.stderr.text().trim().to_string()
-                },
-            });
-        }
-        Ok(if tar {
-            Payload::Tar(ran.stdout.bytes)
-        } else {
-            Payload::File(ran.stdout.bytes)
-        })
+        inside::get_outcome(path, ran, tar, GET_LIMIT)
     }
 
     async fn mark(&self, sandbox: &Opened, marker: &Marker) -> Result<(), SandboxError> {

@@ -149,7 +149,12 @@ mod tests {
             .args(&argv[1..])
             .spawn()
             .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while std::fs::read_to_string(pid).map_or(true, |t| t.trim().is_empty()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the wrapper never kept its pid"
+            );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(

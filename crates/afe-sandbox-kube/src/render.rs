@@ -412,7 +412,10 @@ pub fn to_yaml(claim: &PersistentVolumeClaim, pod: &Pod) -> String {
     out
 }
 
-fn sorted_keys(value: serde_json::Value) -> serde_json::Value {
+/// `value` with every object's keys in sorted order, whatever order serde_json keeps them in (its
+/// `preserve_order` feature, which some dependency turns on in a workspace-wide build, keeps
+/// insertion order): rendered text reads the same from every build.
+pub fn sorted_keys(value: serde_json::Value) -> serde_json::Value {
     match value {
         serde_json::Value::Object(map) => {
             let mut entries: Vec<_> = map.into_iter().collect();

@@ -8,7 +8,7 @@ use af_sidecar_api::control_client;
 use af_sidecar_api::records::{DecisionQuery, DecisionRecord};
 use afe_sandbox::{
     Attached, ExecOutput, ExecRequest, Existing, Marker, OpenAction, Opened, OutputChunk, Payload,
-    Sandbox, SandboxError, SandboxSpec, decide, labels, workspace,
+    Sandbox, SandboxError, SandboxSpec, decide, inside, labels, workspace,
 };
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -458,16 +458,7 @@ impl Sandbox for KubeSandbox {
         payload: Payload,
     ) -> Result<(), SandboxError> {
         let path = workspace::confine(path)?;
-        // As the sandbox's user, inside the sandbox: a symlink the ticket made leads nowhere that
-        // user could not write anyway.
-        let (script, bytes) = match &payload {
-            Payload::File(bytes) => (r#"mkdir -p "$(dirname "$1")" && cat > "$1""#, bytes),
-            Payload::Tar(bytes) => (r#"mkdir -p "$1" && tar -x -f - -C "$1""#, bytes),
-        };
-        let argv: Vec<String> = ["sh", "-c", script, "sh", &path]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let (argv, bytes) = inside::put_command(&path, &payload);
         let ran = self
             .run_own(
                 sandbox,
@@ -478,50 +469,22 @@ impl Sandbox for KubeSandbox {
                 "writing into the sandbox",
             )
             .await?;
-        if !ran.succeeded() {
-            return Err(SandboxError::PathRefused {
-                path,
-                why: ran.stderr.text().trim().to_string(),
-            });
-        }
-        Ok(())
+        inside::put_outcome(path, &ran)
     }
 
     async fn get(&self, sandbox: &Opened, path: &str, tar: bool) -> Result<Payload, SandboxError> {
         let path = workspace::confine(path)?;
-        let argv: Vec<String> = if tar {
-            ["tar", "-c", "-f", "-", "-C", &path, "."]
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-        } else {
-            vec!["cat".to_string(), path.clone()]
-        };
         let ran = self
             .run_own(
                 sandbox,
                 SANDBOX,
-                &argv,
+                &inside::get_command(&path, tar),
                 None,
                 GET_LIMIT,
                 "reading from the sandbox",
             )
             .await?;
-        if !ran.succeeded() || ran.stdout.dropped > 0 {
-            return Err(SandboxError::PathRefused {
-                path,
-                why: if ran.stdout.dropped > 0 {
-                    format!("larger than {GET_LIMIT} bytes")
-                } else {
-                    ran.stderr.text().trim().to_string()
-                },
-            });
-        }
-        Ok(if tar {
-            Payload::Tar(ran.stdout.bytes)
-        } else {
-            Payload::File(ran.stdout.bytes)
-        })
+        inside::get_outcome(path, ran, tar, GET_LIMIT)
     }
 
     async fn mark(&self, sandbox: &Opened, marker: &Marker) -> Result<(), SandboxError> {
@@ -529,32 +492,24 @@ impl Sandbox for KubeSandbox {
         let patch = serde_json::json!({"metadata": {"annotations": {LIFECYCLE: text}}});
         let params = PatchParams::default();
         // On both: a PVC whose Pod went away is still found, and judged, by the reaper.
+        let gone_or = |kind: &str, err: kube::Error| {
+            if is_status(&err, 404) {
+                SandboxError::Gone {
+                    ticket: sandbox.ticket.clone(),
+                    why: format!("{kind} {} was deleted", sandbox.id),
+                }
+            } else {
+                platform(format!("marking {kind} {}", sandbox.id), err)
+            }
+        };
         self.pods()
             .patch(&sandbox.id, &params, &Patch::Merge(&patch))
             .await
-            .map_err(|e| {
-                if is_status(&e, 404) {
-                    SandboxError::Gone {
-                        ticket: sandbox.ticket.clone(),
-                        why: format!("Pod {} was deleted", sandbox.id),
-                    }
-                } else {
-                    platform(format!("marking Pod {}", sandbox.id), e)
-                }
-            })?;
+            .map_err(|e| gone_or("Pod", e))?;
         self.claims()
             .patch(&sandbox.id, &params, &Patch::Merge(&patch))
             .await
-            .map_err(|e| {
-                if is_status(&e, 404) {
-                    SandboxError::Gone {
-                        ticket: sandbox.ticket.clone(),
-                        why: format!("PersistentVolumeClaim {} was deleted", sandbox.id),
-                    }
-                } else {
-                    platform(format!("marking PersistentVolumeClaim {}", sandbox.id), e)
-                }
-            })?;
+            .map_err(|e| gone_or("PersistentVolumeClaim", e))?;
         Ok(())
     }
 

@@ -20,7 +20,7 @@ struct Seen {
 
 /// A client whose API server answers `script` — (expected `METHOD path?query`, status, body) —
 /// in order, keeping what it saw.
-fn scripted(script: Vec<(String, u16, Value)>) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
+fn scripted(script: Vec<Step>) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let kept = seen.clone();
@@ -96,36 +96,56 @@ fn pod(signature: &str, phase: &str, ready: bool) -> Value {
             "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
 }
 
-#[tokio::test]
-async fn a_new_sandbox_removes_what_is_left_then_applies_its_claim_and_pod() {
-    let spec = support::spec(&[]);
-    let (client, seen) = scripted(vec![
-        (
-            format!("GET {}", selected(PODS)),
-            200,
-            list("PodList", vec![]),
-        ),
+type Step = (String, u16, Value);
+
+/// The list of the ticket's Pods, answered with `pods`.
+fn listed(pods: Vec<Value>) -> Step {
+    (
+        format!("GET {}", selected(PODS)),
+        200,
+        list("PodList", pods),
+    )
+}
+
+/// The removal by label: the Pods (answered with `pods`), then the PVCs.
+fn removal(pods: Vec<Value>) -> Vec<Step> {
+    vec![
         (
             format!("DELETE {}", selected(PODS)),
             200,
-            list("PodList", vec![]),
+            list("PodList", pods),
         ),
         (
             format!("DELETE {}", selected(CLAIMS)),
             200,
             list("PersistentVolumeClaimList", vec![]),
         ),
-        (
-            format!("PATCH {CLAIMS}/{}?&fieldManager=afe-worker", name()),
-            200,
-            Value::Null,
-        ),
-        (
-            format!("PATCH {PODS}/{}?&fieldManager=afe-worker", name()),
-            200,
-            Value::Null,
-        ),
-    ]);
+    ]
+}
+
+/// The server-side apply of the object at `collection`, answered `status` with `body` (null:
+/// what was sent).
+fn applied(collection: &str, status: u16, body: Value) -> Step {
+    (
+        format!("PATCH {collection}/{}?&fieldManager=afe-worker", name()),
+        status,
+        body,
+    )
+}
+
+/// A new sandbox after the list answered `pods`: whatever is left removed, claim and Pod applied.
+fn creating(pods: Vec<Value>) -> Vec<Step> {
+    let mut script = vec![listed(pods.clone())];
+    script.extend(removal(pods));
+    script.push(applied(CLAIMS, 200, Value::Null));
+    script.push(applied(PODS, 200, Value::Null));
+    script
+}
+
+#[tokio::test]
+async fn a_new_sandbox_removes_what_is_left_then_applies_its_claim_and_pod() {
+    let spec = support::spec(&[]);
+    let (client, seen) = scripted(creating(vec![]));
     let opened = adapter(client).open(&spec).await.unwrap();
     assert_eq!(
         opened,
@@ -170,11 +190,7 @@ async fn a_new_sandbox_removes_what_is_left_then_applies_its_claim_and_pod() {
 #[tokio::test]
 async fn a_running_pod_of_the_same_signature_is_reused_with_one_read() {
     let spec = support::spec(&[]);
-    let (client, seen) = scripted(vec![(
-        format!("GET {}", selected(PODS)),
-        200,
-        list("PodList", vec![pod(&spec.signature(), "Running", true)]),
-    )]);
+    let (client, seen) = scripted(vec![listed(vec![pod(&spec.signature(), "Running", true)])]);
     let opened = adapter(client).open(&spec).await.unwrap();
     assert!(
         !opened.fresh,
@@ -186,33 +202,7 @@ async fn a_running_pod_of_the_same_signature_is_reused_with_one_read() {
 #[tokio::test]
 async fn a_pod_of_another_signature_is_removed_and_made_again() {
     let spec = support::spec(&[]);
-    let (client, seen) = scripted(vec![
-        (
-            format!("GET {}", selected(PODS)),
-            200,
-            list("PodList", vec![pod("0000000000000000", "Running", true)]),
-        ),
-        (
-            format!("DELETE {}", selected(PODS)),
-            200,
-            list("PodList", vec![pod("0000000000000000", "Running", true)]),
-        ),
-        (
-            format!("DELETE {}", selected(CLAIMS)),
-            200,
-            list("PersistentVolumeClaimList", vec![]),
-        ),
-        (
-            format!("PATCH {CLAIMS}/{}?&fieldManager=afe-worker", name()),
-            200,
-            Value::Null,
-        ),
-        (
-            format!("PATCH {PODS}/{}?&fieldManager=afe-worker", name()),
-            200,
-            Value::Null,
-        ),
-    ]);
+    let (client, seen) = scripted(creating(vec![pod("0000000000000000", "Running", true)]));
     let opened = adapter(client).open(&spec).await.unwrap();
     assert!(opened.fresh);
     assert_eq!(seen.lock().unwrap().len(), 5);
@@ -220,18 +210,7 @@ async fn a_pod_of_another_signature_is_removed_and_made_again() {
 
 #[tokio::test]
 async fn removal_is_by_label_and_nothing_left_is_not_an_error() {
-    let (client, seen) = scripted(vec![
-        (
-            format!("DELETE {}", selected(PODS)),
-            200,
-            list("PodList", vec![]),
-        ),
-        (
-            format!("DELETE {}", selected(CLAIMS)),
-            200,
-            list("PersistentVolumeClaimList", vec![]),
-        ),
-    ]);
+    let (client, seen) = scripted(removal(vec![]));
     adapter(client).remove(support::TICKET).await.unwrap();
     assert_eq!(seen.lock().unwrap().len(), 2);
 }
@@ -278,41 +257,24 @@ async fn a_pod_that_is_not_ready_in_time_is_gone_and_says_what_it_waited_on() {
 #[tokio::test]
 async fn an_apply_that_conflicts_is_someone_elses_object_and_nothing_of_ours_is_left() {
     let spec = support::spec(&[]);
-    let (client, _) = scripted(vec![
-        (
-            format!("GET {}", selected(PODS)),
-            200,
-            list("PodList", vec![]),
-        ),
-        (
-            format!("DELETE {}", selected(PODS)),
-            200,
-            list("PodList", vec![]),
-        ),
-        (
-            format!("DELETE {}", selected(CLAIMS)),
-            200,
-            list("PersistentVolumeClaimList", vec![]),
-        ),
-        (
-            format!("PATCH {CLAIMS}/{}?&fieldManager=afe-worker", name()),
-            409,
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
-                "code": 409, "message": "Apply failed with 1 conflict: conflict with \"someone\""}),
-        ),
-        (
-            format!("DELETE {}", selected(PODS)),
-            200,
-            list("PodList", vec![]),
-        ),
-        (
-            format!("DELETE {}", selected(CLAIMS)),
-            200,
-            list("PersistentVolumeClaimList", vec![]),
-        ),
-    ]);
+    let mut script = vec![listed(vec![])];
+    script.extend(removal(vec![]));
+    script.push(applied(
+        CLAIMS,
+        409,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
+            "code": 409, "message": "Apply failed with 1 conflict: conflict with \"someone\""}),
+    ));
+    // What was made of the ticket is removed again.
+    script.extend(removal(vec![]));
+    let (client, seen) = scripted(script);
     let err = adapter(client).open(&spec).await.unwrap_err();
     assert!(matches!(err, SandboxError::NotOurs { .. }), "{err}");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        6,
+        "the removal after the refusal was made"
+    );
 }
 
 #[tokio::test]

@@ -36,3 +36,64 @@ pub fn proxy_variables() -> Vec<(String, String)> {
     }
     env
 }
+
+/// The command that writes `payload` at `path` (confined already) as the sandbox's user, and
+/// what goes on its stdin. Inside the sandbox: a symlink the ticket made leads nowhere that user
+/// could not write anyway.
+pub fn put_command<'a>(path: &str, payload: &'a crate::Payload) -> (Vec<String>, &'a [u8]) {
+    let (script, bytes) = match payload {
+        crate::Payload::File(bytes) => (r#"mkdir -p "$(dirname "$1")" && cat > "$1""#, bytes),
+        crate::Payload::Tar(bytes) => (r#"mkdir -p "$1" && tar -x -f - -C "$1""#, bytes),
+    };
+    let argv = ["sh", "-c", script, "sh", path]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    (argv, bytes)
+}
+
+/// What a put's command said: refused, with its words, when it failed.
+pub fn put_outcome(path: String, ran: &crate::ExecOutput) -> Result<(), crate::SandboxError> {
+    if ran.succeeded() {
+        Ok(())
+    } else {
+        Err(crate::SandboxError::PathRefused {
+            path,
+            why: ran.stderr.text().trim().to_string(),
+        })
+    }
+}
+
+/// The command that reads `path` (confined already): a file's bytes, or a tar of a directory.
+pub fn get_command(path: &str, tar: bool) -> Vec<String> {
+    let argv: &[&str] = if tar {
+        &["tar", "-c", "-f", "-", "-C", path, "."]
+    } else {
+        &["cat", path]
+    };
+    argv.iter().map(|s| s.to_string()).collect()
+}
+
+/// What a get's command read, kept up to `limit`: refused when it failed or read more.
+pub fn get_outcome(
+    path: String,
+    ran: crate::ExecOutput,
+    tar: bool,
+    limit: usize,
+) -> Result<crate::Payload, crate::SandboxError> {
+    if !ran.succeeded() || ran.stdout.dropped > 0 {
+        return Err(crate::SandboxError::PathRefused {
+            path,
+            why: if ran.stdout.dropped > 0 {
+                format!("larger than {limit} bytes")
+            } else {
+                ran.stderr.text().trim().to_string()
+            },
+        });
+    }
+    Ok(if tar {
+        crate::Payload::Tar(ran.stdout.bytes)
+    } else {
+        crate::Payload::File(ran.stdout.bytes)
+    })
+}

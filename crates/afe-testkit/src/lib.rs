@@ -436,25 +436,3 @@ pub fn golden(dir: &Path, name: &str, text: &str) {
         .unwrap_or_else(|e| panic!("{}: {e} (AFE_UPDATE_GOLDEN=1 writes it)", path.display()));
     assert_eq!(text, kept, "{name} differs from its golden");
 }
-
-/// `value` with every object's keys in sorted order, whatever order serde_json keeps them in (its
-/// `preserve_order` feature, which some dependency turns on in a workspace-wide build, keeps
-/// insertion order): goldens read the same from every build.
-pub fn sorted_keys(value: serde_json::Value) -> serde_json::Value {
-    match value {
-        serde_json::Value::Object(map) => {
-            let mut entries: Vec<(String, serde_json::Value)> = map.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            serde_json::Value::Object(
-                entries
-                    .into_iter()
-                    .map(|(k, v)| (k, sorted_keys(v)))
-                    .collect(),
-            )
-        }
-        serde_json::Value::Array(items) => {
-            serde_json::Value::Array(items.into_iter().map(sorted_keys).collect())
-        }
-        other => other,
-    }
-}

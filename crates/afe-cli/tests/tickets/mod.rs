@@ -325,3 +325,29 @@ impl CutRun {
         );
     }
 }
+
+/// Polls, up to ten minutes, until `check` holds: a busy machine or a cluster takes the time it
+/// takes, and a check that never holds fails rather than hangs.
+pub async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// Whether a process whose command line holds `needle` runs in the sandbox (read from /proc, by
+/// a command of the sandbox's own user: the platform's process list is not asked).
+pub async fn runs_in(
+    sandbox: &dyn afe_sandbox::Sandbox,
+    opened: &afe_sandbox::Opened,
+    needle: &str,
+) -> bool {
+    let script = "for p in /proc/[0-9]*; do tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null; echo; done | grep -qF -- \"$1\"";
+    let request = afe_sandbox::ExecRequest::new(["sh", "-c", script, "sh", needle]);
+    matches!(sandbox.exec(opened, &request, &mut |_| {}).await, Ok(ran) if ran.succeeded())
+}
