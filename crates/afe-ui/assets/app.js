@@ -51,24 +51,27 @@
     open();
   }
 
-  // Replaces the fragment with this id by the same fragment of the page as the server renders
-  // it now: what a person may do changes with the ticket's state, and a node that has ended
-  // gains its output or error, its calls and the link to its workspace diff. Sections the
-  // person had opened stay open.
-  function refresh(id) {
+  // Replaces the fragments with these ids by the same fragments of the page as the server
+  // renders it now, from one fetch: what a person may do changes with the ticket's state, and a
+  // node that has ended gains its output or error, its calls and the link to its workspace diff.
+  // Sections the person had opened stay open.
+  function refresh(ids) {
     fetch(location.href, { credentials: "same-origin" })
       .then(function (answer) { return answer.ok ? answer.text() : null; })
       .then(function (html) {
         if (!html) return;
-        const fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id);
-        const stale = document.getElementById(id);
-        if (!fresh || !stale) return;
-        const opened = Array.from(stale.querySelectorAll("details"), function (d) { return d.open; });
-        const node = document.importNode(fresh, true);
-        node.querySelectorAll("details").forEach(function (d, i) { if (opened[i]) d.open = true; });
-        stale.replaceWith(node);
+        const page = new DOMParser().parseFromString(html, "text/html");
+        ids.forEach(function (id) {
+          const fresh = page.getElementById(id);
+          const stale = document.getElementById(id);
+          if (!fresh || !stale) return;
+          const opened = Array.from(stale.querySelectorAll("details"), function (d) { return d.open; });
+          const node = document.importNode(fresh, true);
+          node.querySelectorAll("details").forEach(function (d, i) { if (opened[i]) d.open = true; });
+          stale.replaceWith(node);
+        });
       })
-      .catch(function () { /* the page keeps its actions; a reload brings the new ones */ });
+      .catch(function () { /* the page keeps what it shows; a reload brings the rest */ });
   }
 
   function ticketPage(body) {
@@ -92,14 +95,16 @@
         }
         const state = STATE_OF[event.kind];
         if (!state) return;
+        const stale = [];
         if (event.kind.startsWith("node.") && event.payload && event.payload.node) {
           setState(document.getElementById("node-" + event.payload.node), state);
           setState(document.getElementById("graph-" + event.payload.node), state);
-          if (state === "completed" || state === "failed") refresh("node-" + event.payload.node);
+          if (state === "completed" || state === "failed") stale.push("node-" + event.payload.node);
         } else if (event.kind.startsWith("ticket.")) {
           setState(document.getElementById("ticket-state"), state);
         }
-        if (event.kind.startsWith("ticket.") || event.kind === "node.completed") refresh("actions");
+        if (event.kind.startsWith("ticket.") || event.kind === "node.completed") stale.push("actions");
+        if (stale.length > 0) refresh(stale);
       });
   }
 
