@@ -29,4 +29,5 @@ pub use checks::BUILTIN_TOOLS;
 pub use config::{Config, load_cluster_folder, load_folder, load_objects};
 pub use diagnostic::{CfgCode, Diagnostic, InvalidConfig, Origin, Place};
 pub use revision::Revision;
+pub use source::as_applied;
 pub use structure::{Kind, Object};

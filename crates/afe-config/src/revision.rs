@@ -44,9 +44,7 @@ impl Revision {
     /// Whether a pin (`spec.config.revision`: the hash, a prefix of at least 12 hex digits, or
     /// either with `sha256:` before it) names this revision.
     pub fn matches_pin(&self, pin: &str) -> bool {
-        let pin = pin.trim().to_ascii_lowercase();
-        let pin = pin.strip_prefix("sha256:").unwrap_or(&pin);
-        pin.len() >= MIN_PIN_LEN && self.hash.starts_with(pin)
+        pin_names(&self.hash, pin)
     }
 
     /// The pin check seed 003 asks of the operator (`RevisionPinned=False`, reason
@@ -72,6 +70,13 @@ impl Revision {
             })
             .collect()
     }
+}
+
+/// Whether a pin names the revision whose hash is `hash` (see [`Revision::matches_pin`]).
+pub fn pin_names(hash: &str, pin: &str) -> bool {
+    let pin = pin.trim().to_ascii_lowercase();
+    let pin = pin.strip_prefix("sha256:").unwrap_or(&pin);
+    pin.len() >= MIN_PIN_LEN && hash.starts_with(pin)
 }
 
 fn to_value(value: &impl Serialize) -> Value {

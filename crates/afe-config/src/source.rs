@@ -167,21 +167,28 @@ const SERVER_METADATA: [&str; 9] = [
     "finalizers",
 ];
 
+/// An object as the API server returns it, without what the server adds (`status`, server
+/// metadata, `selfLink`, `generateName`): the file it was applied from.
+pub fn as_applied(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("status");
+        if let Some(Value::Object(metadata)) = map.get_mut("metadata") {
+            for key in SERVER_METADATA.iter().chain(&["selfLink", "generateName"]) {
+                metadata.remove(*key);
+            }
+        }
+    }
+    object
+}
+
 /// Reads custom resources as the API server returns them, and the ConfigMap's manifest keys.
 /// What the server adds (`status`, server metadata, `selfLink`, `generateName`) is dropped first,
 /// so an object read back from a cluster is checked like the file it was applied from.
 pub fn read_objects(objects: &[Value], config_map: &str, data: &BTreeMap<String, String>) -> Read {
     let mut read = Read::default();
     for object in objects {
-        let mut object = object.clone();
-        if let Some(map) = object.as_object_mut() {
-            map.remove("status");
-            if let Some(Value::Object(metadata)) = map.get_mut("metadata") {
-                for key in SERVER_METADATA.iter().chain(&["selfLink", "generateName"]) {
-                    metadata.remove(*key);
-                }
-            }
-        }
+        let object = as_applied(object);
         let kind = object.get("kind").and_then(Value::as_str).unwrap_or("?");
         let name = object
             .pointer("/metadata/name")

@@ -41,36 +41,13 @@ fn files() -> BTreeMap<String, String> {
 /// Every object built, as JSON values, in the order they are applied.
 fn built(engine: &AgentFlowEngine, keda: bool) -> Vec<Value> {
     let files = files();
-    let inputs = Inputs {
+    build::desired(&Inputs {
         engine,
         revision: "04cf1cc0ea69d1",
         files: &files,
         keda,
-    };
-    let json = |v: &dyn erased::Ser| v.value();
-    let mut out: Vec<Value> = Vec::new();
-    out.extend(build::store_cluster(&inputs));
-    out.extend(build::redis_service(&inputs).map(|o| json(&o)));
-    out.extend(build::redis(&inputs).map(|o| json(&o)));
-    out.push(json(&build::config_map(&inputs)));
-    out.push(json(&build::serve(&inputs)));
-    out.push(json(&build::worker(&inputs)));
-    out.push(json(&build::api_service(&inputs)));
-    out.extend(build::ingress(&inputs).map(|o| json(&o)));
-    out.extend(build::scaled_object(&inputs));
-    out.extend(build::sandbox_ingress_policy(&inputs).map(|o| json(&o)));
-    out
-}
-
-mod erased {
-    pub trait Ser {
-        fn value(&self) -> serde_json::Value;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn value(&self) -> serde_json::Value {
-            serde_json::to_value(self).unwrap()
-        }
-    }
+        cloudnative_pg: true,
+    })
 }
 
 fn yaml(objects: &[Value]) -> String {

@@ -21,9 +21,13 @@ use super::Inputs;
 /// The Redis image of a managed broker.
 pub const REDIS_IMAGE: &str = "redis:7.4-alpine";
 
-/// The CloudNativePG Cluster of a managed store (a custom resource, as JSON).
+/// The CloudNativePG Cluster of a managed store (a custom resource, as JSON), when CloudNativePG is
+/// installed.
 pub fn store_cluster(inputs: &Inputs<'_>) -> Option<Value> {
     let managed = inputs.engine.spec.afe.store.managed.as_ref()?;
+    if !inputs.cloudnative_pg {
+        return None;
+    }
     let meta = serde_json::to_value(inputs.meta(&inputs.named("store"), "store")).ok()?;
     Some(json!({
         "apiVersion": "postgresql.cnpg.io/v1",

@@ -45,6 +45,8 @@ pub struct Inputs<'a> {
     pub files: &'a BTreeMap<String, String>,
     /// Whether KEDA's ScaledObject kind is served (discovery said so).
     pub keda: bool,
+    /// Whether CloudNativePG's Cluster kind is served (discovery said so).
+    pub cloudnative_pg: bool,
 }
 
 impl Inputs<'_> {
@@ -130,6 +132,27 @@ impl Inputs<'_> {
             .and_then(|d| d.image.as_ref())
             .map_or_else(|| DEFAULT_IMAGE.to_string(), image_text)
     }
+}
+
+/// Every object the resource asks for, as JSON with its `apiVersion` and `kind`, in the order
+/// they are applied: the data services first (the processes read what they publish), then the
+/// configuration, the processes, their scaling, and the sandbox namespace's policy.
+pub fn desired(inputs: &Inputs<'_>) -> Vec<serde_json::Value> {
+    fn json(object: impl serde::Serialize) -> serde_json::Value {
+        serde_json::to_value(object).expect("Kubernetes objects serialize to JSON")
+    }
+    let mut out = Vec::new();
+    out.extend(store_cluster(inputs));
+    out.extend(redis_service(inputs).map(json));
+    out.extend(redis(inputs).map(json));
+    out.push(json(config_map(inputs)));
+    out.push(json(serve(inputs)));
+    out.push(json(worker(inputs)));
+    out.push(json(api_service(inputs)));
+    out.extend(ingress(inputs).map(json));
+    out.extend(scaled_object(inputs));
+    out.extend(sandbox_ingress_policy(inputs).map(json));
+    out
 }
 
 /// A container as `uid` with no capability, no privilege escalation and a read-only root.
