@@ -87,11 +87,19 @@ pub fn runtime_document(engine: &AgentFlowEngine) -> Value {
 }
 
 /// The file a custom resource becomes in serve's folder: `generated.<kind>.<name>.yaml`. JSON is
-/// YAML, and the file is read by the same code either way.
+/// YAML, and the file is read by the same code either way. A prompt the resource takes from a
+/// key of the source ConfigMap is that key's file in the folder (`promptRef: {file: KEY}`): the
+/// same text, so the same revision.
 fn file_of(object: &Value) -> Option<(String, String)> {
     let kind = object.get("kind")?.as_str()?.to_ascii_lowercase();
     let name = object.pointer("/metadata/name")?.as_str()?;
-    let text = serde_json::to_string_pretty(&sorted(as_applied(object))).ok()?;
+    let mut object = as_applied(object);
+    if let Some(reference) = object.pointer_mut("/spec/promptRef")
+        && let Some(key) = reference.get("configMapKey").cloned()
+    {
+        *reference = json!({ "file": key });
+    }
+    let text = serde_json::to_string_pretty(&sorted(object)).ok()?;
     Some((format!("generated.{kind}.{name}.yaml"), format!("{text}\n")))
 }
 

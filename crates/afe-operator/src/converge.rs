@@ -5,8 +5,29 @@
 //! is stored as `2Gi`).
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::build::MANAGED_BY;
+
+/// The annotation carrying a digest of everything the operator last asked of an object. A field
+/// it stops asking for (a Deployment's `replicas` once KEDA scales the workers) is in no live
+/// object's difference — only the digest changes — and the apply that follows lets it go.
+pub const APPLIED: &str = "afe.dev/applied";
+
+/// `desired` with its digest in [`APPLIED`].
+pub fn stamped(mut desired: Value) -> Value {
+    let digest = Sha256::digest(afe_config::revision::canonical_json(&desired).as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    if let Some(metadata) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(APPLIED.to_string(), Value::String(hex));
+        }
+    }
+    desired
+}
 
 /// Whose an existing object is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,6 +220,24 @@ mod tests {
         assert!(!covers(&live, &json!({"spec": {"list": ["a"]}})));
         assert!(!covers(&live, &json!({"spec": {"list": ["a", "c"]}})));
         assert!(covers(&live, &json!({"spec": {"gone": null}})));
+    }
+
+    #[test]
+    fn a_field_no_longer_asked_for_changes_the_stamp() {
+        let with = stamped(json!({"metadata": {"name": "w"}, "spec": {"replicas": 20}}));
+        let without = stamped(json!({"metadata": {"name": "w"}, "spec": {}}));
+        assert!(covers(
+            &with,
+            &json!({"metadata": {"name": "w"}, "spec": {}})
+        ));
+        assert!(
+            !covers(&with, &without),
+            "the live object still holds replicas; the stamp says so"
+        );
+        assert_eq!(
+            with,
+            stamped(json!({"metadata": {"name": "w"}, "spec": {"replicas": 20}}))
+        );
     }
 
     #[test]

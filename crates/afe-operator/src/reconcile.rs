@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::build::{self, Inputs};
 use crate::configuration::{self, Validation};
-use crate::converge::{Holder, covers, holder};
+use crate::converge::{Holder, covers, holder, stamped};
 use crate::discovery;
 use crate::reaper;
 use crate::status::{self, Findings};
@@ -327,7 +327,7 @@ pub async fn reconcile(
             keda: facts.keda,
             cloudnative_pg: facts.cloudnative_pg,
         };
-        let desired = build::desired(&inputs);
+        let desired: Vec<Value> = build::desired(&inputs).into_iter().map(stamped).collect();
         for object in &desired {
             match converge(client, object, &inputs).await? {
                 Applied::Foreign(why) => {
