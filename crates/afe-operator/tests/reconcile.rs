@@ -210,13 +210,12 @@ async fn keda_installed_later_takes_the_workers_over() {
     cluster.installed.lock().unwrap().keda = true;
     cluster.clear();
     cluster.reconcile().await.unwrap();
-    let applied = cluster
-        .sent()
-        .into_iter()
-        .find(|s| s.method == http::Method::PATCH && s.path.ends_with("/deployments/afe-worker"))
-        .and_then(|s| s.body)
-        .expect("the worker Deployment applied again, without the replicas it no longer asks for");
-    assert_eq!(applied["spec"]["replicas"], Value::Null);
+    let applied = cluster.applied("/deployments/afe-worker");
+    assert_eq!(
+        applied["spec"]["replicas"],
+        Value::Null,
+        "applied again, without the replicas it no longer asks for"
+    );
     assert!(cluster.has("ScaledObject", "afe-worker").await);
     assert_eq!(
         condition(&cluster.engine().await, "AutoscalingReady").1,
@@ -228,12 +227,7 @@ async fn keda_installed_later_takes_the_workers_over() {
 async fn with_keda_the_worker_deployment_carries_no_replicas() {
     let cluster = Cluster::example(EVERYTHING, |_| {}).await;
     cluster.reconcile().await.unwrap();
-    let applied = cluster
-        .sent()
-        .into_iter()
-        .find(|s| s.method == http::Method::PATCH && s.path.ends_with("/deployments/afe-worker"))
-        .and_then(|s| s.body)
-        .expect("the worker Deployment applied");
+    let applied = cluster.applied("/deployments/afe-worker");
     assert_eq!(
         applied["spec"]["replicas"],
         Value::Null,

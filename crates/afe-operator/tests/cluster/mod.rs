@@ -93,6 +93,16 @@ pub struct Sent {
 }
 
 impl Sent {
+    /// The body of the last apply sent to a path ending in `suffix`.
+    pub fn applied(&self, suffix: &str) -> Value {
+        self.sent()
+            .into_iter()
+            .rev()
+            .find(|s| s.method == Method::PATCH && s.path.ends_with(suffix))
+            .and_then(|s| s.body)
+            .unwrap_or_else(|| panic!("nothing applied to …{suffix}"))
+    }
+
     pub fn writes(&self) -> bool {
         self.method != Method::GET
     }
@@ -404,6 +414,16 @@ impl Cluster {
 
     pub fn sent(&self) -> Vec<Sent> {
         self.sent.lock().unwrap().clone()
+    }
+
+    /// The body of the last apply sent to a path ending in `suffix`.
+    pub fn applied(&self, suffix: &str) -> Value {
+        self.sent()
+            .into_iter()
+            .rev()
+            .find(|s| s.method == Method::PATCH && s.path.ends_with(suffix))
+            .and_then(|s| s.body)
+            .unwrap_or_else(|| panic!("nothing applied to …{suffix}"))
     }
 
     pub fn writes(&self) -> Vec<String> {
