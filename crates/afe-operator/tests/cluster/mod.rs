@@ -93,16 +93,6 @@ pub struct Sent {
 }
 
 impl Sent {
-    /// The body of the last apply sent to a path ending in `suffix`.
-    pub fn applied(&self, suffix: &str) -> Value {
-        self.sent()
-            .into_iter()
-            .rev()
-            .find(|s| s.method == Method::PATCH && s.path.ends_with(suffix))
-            .and_then(|s| s.body)
-            .unwrap_or_else(|| panic!("nothing applied to …{suffix}"))
-    }
-
     pub fn writes(&self) -> bool {
         self.method != Method::GET
     }
