@@ -3,6 +3,7 @@
 //! every condition and reason seed 003 names reached, what is written and what is never touched.
 
 mod cluster;
+mod example;
 
 use cluster::{Cluster, EVERYTHING, Installed, NS, SANDBOX_NS, condition};
 use serde_json::{Value, json};

@@ -1,0 +1,222 @@
+//! The reconcile's exact exchanges with the API server (`tower-test`): every request in order —
+//! one nobody scripted fails the test — for a pin that does not match (reads, discovery, the
+//! reaper's lists, the status, and nothing else), and the error paths (403, 500).
+
+mod example;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use afe_config::engine::AgentFlowEngine;
+use afe_operator::reconcile::{Context, ReconcileError, reconcile};
+use http::{Request, Response};
+use kube::client::Body;
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::{Value, json};
+
+/// One scripted exchange: the expected `METHOD path?query`, the status, the answer.
+type Step = (String, u16, Value);
+
+/// A client whose API server answers `script` in order, keeping the bodies it was sent.
+fn scripted(script: Vec<Step>) -> (kube::Client, Arc<Mutex<Vec<(String, Value)>>>) {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    tokio::spawn(async move {
+        for (expected, status, answer) in script {
+            let (request, respond) = handle.next_request().await.expect("a request");
+            let line = format!(
+                "{} {}",
+                request.method(),
+                request.uri().path_and_query().unwrap()
+            );
+            let body = request.into_body().collect_bytes().await.unwrap();
+            kept.lock().unwrap().push((
+                line.clone(),
+                serde_json::from_slice(&body).unwrap_or(Value::Null),
+            ));
+            assert_eq!(line, expected, "the request the script expected next");
+            respond.send_response(
+                Response::builder()
+                    .status(status)
+                    .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    (kube::Client::new(service, "afe"), seen)
+}
+
+fn context(client: kube::Client) -> Arc<Context> {
+    Arc::new(Context::new(
+        client.clone(),
+        Recorder::new(
+            client,
+            Reporter {
+                controller: "afe-operator".to_string(),
+                instance: None,
+            },
+        ),
+        Arc::new(|| example::NOW_MS),
+        Duration::from_secs(60),
+    ))
+}
+
+fn list(api_version: &str, kind: &str, items: Vec<Value>) -> Value {
+    json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items})
+}
+
+fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+        "reason": reason, "message": format!("{reason} (scripted)")})
+}
+
+fn engine(pin: &str) -> AgentFlowEngine {
+    let mut engine = example::example_engine();
+    engine["spec"]["config"]["revision"] = json!(pin);
+    serde_json::from_value(engine).unwrap()
+}
+
+const AFE: &str = "/apis/afe.dev/v1alpha1/namespaces/afe";
+
+/// The reads of step 1: the four kinds of the config, then the source ConfigMap.
+fn reads() -> Vec<Step> {
+    let resources = example::example_resources();
+    let of = |kind: &str| -> Vec<Value> {
+        resources
+            .iter()
+            .filter(|r| r["kind"] == kind)
+            .cloned()
+            .collect()
+    };
+    vec![
+        (
+            format!("GET {AFE}/schemas?"),
+            200,
+            list("afe.dev/v1alpha1", "Schema", of("Schema")),
+        ),
+        (
+            format!("GET {AFE}/agents?"),
+            200,
+            list("afe.dev/v1alpha1", "Agent", of("Agent")),
+        ),
+        (
+            format!("GET {AFE}/flows?"),
+            200,
+            list("afe.dev/v1alpha1", "Flow", of("Flow")),
+        ),
+        (
+            format!("GET {AFE}/plugins?"),
+            200,
+            list("afe.dev/v1alpha1", "Plugin", of("Plugin")),
+        ),
+        (
+            "GET /api/v1/namespaces/afe/configmaps/afe-source".to_string(),
+            200,
+            example::example_source(),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_pin_that_does_not_match_reads_sweeps_and_writes_only_the_status() {
+    let sandbox = format!("/api/v1/namespaces/{}", example::SANDBOX_NS);
+    let selector = "labelSelector=afe.ticket%2Capp.kubernetes.io%2Fmanaged-by%3Dafe";
+    let mut script = reads();
+    script.extend([
+        (
+            "GET /apis/keda.sh/v1alpha1".to_string(),
+            404,
+            status(404, "NotFound"),
+        ),
+        (
+            "GET /apis/postgresql.cnpg.io/v1".to_string(),
+            404,
+            status(404, "NotFound"),
+        ),
+        (
+            format!("GET {sandbox}/pods?&{selector}"),
+            200,
+            list("v1", "Pod", vec![]),
+        ),
+        (
+            format!("GET {sandbox}/persistentvolumeclaims?&{selector}"),
+            200,
+            list("v1", "PersistentVolumeClaim", vec![]),
+        ),
+        (
+            format!("PATCH {AFE}/agentflowengines/afe/status?"),
+            200,
+            example::example_engine(),
+        ),
+    ]);
+    let (client, seen) = scripted(script);
+    reconcile(Arc::new(engine("ffffffffffff")), context(client))
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 10, "every scripted exchange, and no other");
+    let patch = &seen.last().unwrap().1["status"];
+    let pinned = patch["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "RevisionPinned")
+        .unwrap();
+    assert_eq!(pinned["reason"], "RevisionMismatch");
+    assert!(
+        pinned["message"]
+            .as_str()
+            .unwrap()
+            .contains("04cf1cc0ea69d0ee")
+    );
+    assert_eq!(
+        patch["revision"],
+        Value::Null,
+        "nothing ran before, nothing runs now"
+    );
+}
+
+#[tokio::test]
+async fn a_forbidden_read_stops_the_reconcile_with_what_to_grant() {
+    let (client, seen) = scripted(vec![(
+        format!("GET {AFE}/schemas?"),
+        403,
+        status(403, "Forbidden"),
+    )]);
+    let err = reconcile(Arc::new(engine("ffffffffffff")), context(client))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ReconcileError::Forbidden { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("AFE-OPR-002") && text.contains("list the schemas"),
+        "{text}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_server_is_its_own_code_and_is_tried_again() {
+    let mut script = reads();
+    script.push((
+        "GET /apis/keda.sh/v1alpha1".to_string(),
+        500,
+        status(500, "InternalError"),
+    ));
+    let (client, _) = scripted(script);
+    let ctx = context(client);
+    let engine = Arc::new(engine("ffffffffffff"));
+    let err = reconcile(engine.clone(), ctx.clone()).await.unwrap_err();
+    assert!(err.to_string().starts_with("AFE-OPR-003"), "{err}");
+    let first = afe_operator::reconcile::error_policy(engine.clone(), &err, ctx.clone());
+    let second = afe_operator::reconcile::error_policy(engine, &err, ctx);
+    assert_eq!(
+        first,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(5))
+    );
+    assert_eq!(
+        second,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(10))
+    );
+}
