@@ -4,48 +4,14 @@
 
 mod example;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use afe_config::engine::AgentFlowEngine;
 use afe_operator::reconcile::{Context, ReconcileError, reconcile};
-use http::{Request, Response};
-use kube::client::Body;
+use afe_testkit::kube_script::{Step, scripted};
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
-
-/// One scripted exchange: the expected `METHOD path?query`, the status, the answer.
-type Step = (String, u16, Value);
-
-/// A client whose API server answers `script` in order, keeping the bodies it was sent.
-fn scripted(script: Vec<Step>) -> (kube::Client, Arc<Mutex<Vec<(String, Value)>>>) {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let kept = seen.clone();
-    tokio::spawn(async move {
-        for (expected, status, answer) in script {
-            let (request, respond) = handle.next_request().await.expect("a request");
-            let line = format!(
-                "{} {}",
-                request.method(),
-                request.uri().path_and_query().unwrap()
-            );
-            let body = request.into_body().collect_bytes().await.unwrap();
-            kept.lock().unwrap().push((
-                line.clone(),
-                serde_json::from_slice(&body).unwrap_or(Value::Null),
-            ));
-            assert_eq!(line, expected, "the request the script expected next");
-            respond.send_response(
-                Response::builder()
-                    .status(status)
-                    .body(Body::from(serde_json::to_vec(&answer).unwrap()))
-                    .unwrap(),
-            );
-        }
-    });
-    (kube::Client::new(service, "afe"), seen)
-}
 
 fn context(client: kube::Client) -> Arc<Context> {
     Arc::new(Context::new(
@@ -89,33 +55,19 @@ fn reads() -> Vec<Step> {
             .cloned()
             .collect()
     };
-    vec![
-        (
-            format!("GET {AFE}/schemas?"),
-            200,
-            list("afe.dev/v1alpha1", "Schema", of("Schema")),
-        ),
-        (
-            format!("GET {AFE}/agents?"),
-            200,
-            list("afe.dev/v1alpha1", "Agent", of("Agent")),
-        ),
-        (
-            format!("GET {AFE}/flows?"),
-            200,
-            list("afe.dev/v1alpha1", "Flow", of("Flow")),
-        ),
-        (
-            format!("GET {AFE}/plugins?"),
-            200,
-            list("afe.dev/v1alpha1", "Plugin", of("Plugin")),
-        ),
-        (
-            "GET /api/v1/namespaces/afe/configmaps/afe-source".to_string(),
-            200,
-            example::example_source(),
-        ),
-    ]
+    let mut steps: Vec<Step> = ["Schema", "Agent", "Flow", "Plugin"]
+        .into_iter()
+        .map(|kind| {
+            let path = format!("GET {AFE}/{}s?", kind.to_lowercase());
+            (path, 200, list("afe.dev/v1alpha1", kind, of(kind)))
+        })
+        .collect();
+    steps.push((
+        "GET /api/v1/namespaces/afe/configmaps/afe-source".to_string(),
+        200,
+        example::example_source(),
+    ));
+    steps
 }
 
 #[tokio::test]
@@ -150,13 +102,13 @@ async fn a_pin_that_does_not_match_reads_sweeps_and_writes_only_the_status() {
             example::example_engine(),
         ),
     ]);
-    let (client, seen) = scripted(script);
+    let (client, seen) = scripted(script, "afe");
     reconcile(Arc::new(engine("ffffffffffff")), context(client))
         .await
         .unwrap();
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 10, "every scripted exchange, and no other");
-    let patch = &seen.last().unwrap().1["status"];
+    let patch = &seen.last().unwrap().json()["status"];
     let pinned = patch["conditions"]
         .as_array()
         .unwrap()
@@ -179,11 +131,10 @@ async fn a_pin_that_does_not_match_reads_sweeps_and_writes_only_the_status() {
 
 #[tokio::test]
 async fn a_forbidden_read_stops_the_reconcile_with_what_to_grant() {
-    let (client, seen) = scripted(vec![(
-        format!("GET {AFE}/schemas?"),
-        403,
-        status(403, "Forbidden"),
-    )]);
+    let (client, seen) = scripted(
+        vec![(format!("GET {AFE}/schemas?"), 403, status(403, "Forbidden"))],
+        "afe",
+    );
     let err = reconcile(Arc::new(engine("ffffffffffff")), context(client))
         .await
         .unwrap_err();
@@ -204,7 +155,7 @@ async fn a_failing_server_is_its_own_code_and_is_tried_again() {
         500,
         status(500, "InternalError"),
     ));
-    let (client, _) = scripted(script);
+    let (client, _) = scripted(script, "afe");
     let ctx = context(client);
     let engine = Arc::new(engine("ffffffffffff"));
     let err = reconcile(engine.clone(), ctx.clone()).await.unwrap_err();

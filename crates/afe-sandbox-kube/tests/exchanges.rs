@@ -3,61 +3,15 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use afe_sandbox::{Opened, Sandbox, SandboxError};
 use afe_sandbox_kube::{KubeSandbox, render};
-use http::{Request, Response};
-use kube::client::Body;
+use afe_testkit::kube_script::{Log, Step};
 use serde_json::{Value, json};
 
-/// What the fake API server saw of one request.
-#[derive(Debug, Clone)]
-struct Seen {
-    content_type: String,
-    body: Vec<u8>,
-}
-
-/// A client whose API server answers `script` — (expected `METHOD path?query`, status, body) —
-/// in order, keeping what it saw.
-fn scripted(script: Vec<Step>) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let kept = seen.clone();
-    tokio::spawn(async move {
-        for (expected, status, body) in script {
-            let (request, respond) = handle.next_request().await.expect("a request");
-            let line = format!(
-                "{} {}",
-                request.method(),
-                request.uri().path_and_query().unwrap()
-            );
-            let content_type = request
-                .headers()
-                .get(http::header::CONTENT_TYPE)
-                .map(|v| v.to_str().unwrap().to_string())
-                .unwrap_or_default();
-            let (_, sent) = request.into_parts();
-            let sent = sent.collect_bytes().await.unwrap().to_vec();
-            kept.lock().unwrap().push(Seen {
-                content_type,
-                body: sent.clone(),
-            });
-            assert_eq!(line, expected, "the request the script expected next");
-            let answer = if status == 200 && body.is_null() {
-                sent
-            } else {
-                serde_json::to_vec(&body).unwrap()
-            };
-            respond.send_response(
-                Response::builder()
-                    .status(status)
-                    .body(Body::from(answer))
-                    .unwrap(),
-            );
-        }
-    });
-    (kube::Client::new(service, "default"), seen)
+fn scripted(script: Vec<Step>) -> (kube::Client, Log) {
+    afe_testkit::kube_script::scripted(script, "default")
 }
 
 const PODS: &str = "/api/v1/namespaces/afe-sandbox/pods";
@@ -95,8 +49,6 @@ fn pod(signature: &str, phase: &str, ready: bool) -> Value {
         "status": {"phase": phase,
             "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
 }
-
-type Step = (String, u16, Value);
 
 /// The list of the ticket's Pods, answered with `pods`.
 fn listed(pods: Vec<Value>) -> Step {

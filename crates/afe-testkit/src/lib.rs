@@ -3,6 +3,7 @@
 //! whose server is missing fails and says how to start it — it is never skipped.
 
 pub mod git_server;
+pub mod kube_script;
 pub mod kubernetes_validate;
 pub mod mcp_server;
 pub mod model_server;
