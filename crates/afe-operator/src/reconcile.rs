@@ -378,7 +378,7 @@ pub async fn reconcile(
     let findings = Findings {
         engine: &engine,
         validation: &validation,
-        keda: facts.keda,
+        scaling: build::scaling(&engine, facts.keda),
         cloudnative_pg: facts.cloudnative_pg,
         conflicts,
         components: sorted(components),

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use afe_config::revision::pin_names as pin_matches;
 
+use crate::build::Scaling;
 use crate::configuration::{Validation, problems_message};
 
 pub const CONFIG_VALIDATED: &str = "ConfigValidated";
@@ -31,8 +32,9 @@ pub fn rolls(validation: &Validation, pin: Option<&str>) -> bool {
 pub struct Findings<'a> {
     pub engine: &'a AgentFlowEngine,
     pub validation: &'a Validation,
-    /// KEDA's and CloudNativePG's kinds are served (discovery).
-    pub keda: bool,
+    /// How the workers are scaled (KEDA's presence decided it).
+    pub scaling: Scaling<'a>,
+    /// CloudNativePG's Cluster kind is served (discovery).
     pub cloudnative_pg: bool,
     /// Each object left alone because it is not the operator's: `Kind/name: why`.
     pub conflicts: Vec<String>,
@@ -116,17 +118,9 @@ fn revision_pinned(revision: &str, pin: Option<&str>) -> EngineCondition {
 }
 
 fn autoscaling_ready(findings: &Findings<'_>) -> Option<EngineCondition> {
-    let autoscaling = findings
-        .engine
-        .spec
-        .deployment
-        .as_ref()?
-        .workers
-        .as_ref()?
-        .autoscaling
-        .as_ref()?;
-    Some(if findings.keda {
-        condition(
+    Some(match findings.scaling {
+        Scaling::Fixed(_) => return None,
+        Scaling::Keda(autoscaling) => condition(
             AUTOSCALING_READY,
             true,
             "ScaledObject",
@@ -134,9 +128,8 @@ fn autoscaling_ready(findings: &Findings<'_>) -> Option<EngineCondition> {
                 "KEDA scales the workers from {} to {} on the queue's lag",
                 autoscaling.min_replicas, autoscaling.max_replicas
             ),
-        )
-    } else {
-        condition(
+        ),
+        Scaling::KedaAbsent(autoscaling) => condition(
             AUTOSCALING_READY,
             false,
             "KEDAAbsent",
@@ -144,7 +137,16 @@ fn autoscaling_ready(findings: &Findings<'_>) -> Option<EngineCondition> {
                 "KEDA is not installed (keda.sh/v1alpha1 ScaledObject is not served): the workers run at maxReplicas ({}); install KEDA to scale them on the queue",
                 autoscaling.max_replicas
             ),
-        )
+        ),
+        Scaling::NoTriggerAuthentication(autoscaling) => condition(
+            AUTOSCALING_READY,
+            false,
+            "TriggerAuthenticationMissing",
+            format!(
+                "KEDA reaches an external broker only through a TriggerAuthentication (parameters address, host:port, and password): name one in spec.deployment.workers.autoscaling.triggerAuthentication; until then the workers run at maxReplicas ({})",
+                autoscaling.max_replicas
+            ),
+        ),
     })
 }
 
@@ -366,8 +368,7 @@ mod tests {
             value["spec"]["config"]["revision"] = json!(pin);
         }
         if autoscaling {
-            value["spec"]["deployment"] =
-                json!({"workers": {"autoscaling": {"minReplicas": 1, "maxReplicas": 7}}});
+            value["spec"]["deployment"] = json!({"workers": {"autoscaling": {"minReplicas": 1, "maxReplicas": 7, "triggerAuthentication": "keda-redis"}}});
         }
         serde_json::from_value(value).unwrap()
     }
@@ -383,7 +384,7 @@ mod tests {
         Findings {
             engine,
             validation,
-            keda: true,
+            scaling: crate::build::scaling(engine, true),
             cloudnative_pg: true,
             conflicts: vec![],
             components: vec![EngineComponent {
@@ -460,7 +461,7 @@ mod tests {
             reason(&status(&f), AUTOSCALING_READY),
             ("True".into(), "ScaledObject".into())
         );
-        f.keda = false;
+        f.scaling = crate::build::scaling(&engine, false);
         let status = status(&f);
         assert_eq!(
             reason(&status, AUTOSCALING_READY),
@@ -472,6 +473,29 @@ mod tests {
                 .as_deref()
                 .unwrap()
                 .contains("(7)")
+        );
+        let mut unauthenticated = engine.clone();
+        let workers = unauthenticated
+            .spec
+            .deployment
+            .as_mut()
+            .unwrap()
+            .workers
+            .as_mut();
+        workers
+            .unwrap()
+            .autoscaling
+            .as_mut()
+            .unwrap()
+            .trigger_authentication = None;
+        let f = Findings {
+            scaling: crate::build::scaling(&unauthenticated, true),
+            ..findings(&unauthenticated, &validation)
+        };
+        assert_eq!(
+            reason(&super::status(&f), AUTOSCALING_READY),
+            ("False".into(), "TriggerAuthenticationMissing".into()),
+            "an external broker is reached by KEDA only through a TriggerAuthentication"
         );
     }
 

@@ -193,8 +193,31 @@ fn managed_data_is_one_cnpg_cluster_and_one_redis_read_by_reference() {
     );
     assert_eq!(env("AFE_BROKER_URL")["value"], "redis://afe-redis:6379/");
     assert!(
-        !objects.iter().any(|o| o["kind"] == "NetworkPolicy"),
-        "networkPolicy.manage false: the admin's"
+        !objects
+            .iter()
+            .any(|o| o["kind"] == "NetworkPolicy" && o["metadata"]["namespace"] == "afe-sandbox"),
+        "sandbox.networkPolicy.manage false: the sandbox namespace's policy is the admin's"
+    );
+    // Redis has no password: where policies are enforced, only serve and the workers reach it.
+    let redis = find(&objects, "NetworkPolicy", "afe-redis");
+    let from = &redis["spec"]["ingress"][0]["from"];
+    let components: Vec<&str> = from
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(components, ["serve", "worker"]);
+    assert_eq!(redis["spec"]["ingress"][0]["ports"][0]["port"], 6379);
+    let worker = find(&objects, "NetworkPolicy", "afe-worker");
+    assert_eq!(
+        worker["spec"]["ingress"],
+        serde_json::json!([]),
+        "nothing reaches a worker"
     );
 }
 

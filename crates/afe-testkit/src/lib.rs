@@ -2,6 +2,7 @@
 //! PostgreSQL (role `afe`, password `afe`, may create databases) and Redis on 127.0.0.1; a test
 //! whose server is missing fails and says how to start it — it is never skipped.
 
+pub mod checkov;
 pub mod git_server;
 pub mod kube_script;
 pub mod kubernetes_validate;

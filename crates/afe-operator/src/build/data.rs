@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext,
-    PodSpec, PodTemplateSpec, SeccompProfile, Service, ServicePort, ServiceSpec, VolumeMount,
-    VolumeResourceRequirements,
+    Container, ContainerPort, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, Service, ServicePort,
+    ServiceSpec, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -92,6 +92,8 @@ pub fn redis(inputs: &Inputs<'_>) -> Option<StatefulSet> {
                             ..Default::default()
                         }]),
                         security_context: Some(super::restricted(999)),
+                        liveness_probe: Some(ping(10)),
+                        readiness_probe: Some(ping(5)),
                         volume_mounts: Some(vec![VolumeMount {
                             name: "data".to_string(),
                             mount_path: "/data".to_string(),
@@ -124,6 +126,17 @@ pub fn redis(inputs: &Inputs<'_>) -> Option<StatefulSet> {
         }),
         ..Default::default()
     })
+}
+
+/// A probe that asks Redis itself (`redis-cli ping`), every `period` seconds.
+fn ping(period: i32) -> Probe {
+    Probe {
+        exec: Some(ExecAction {
+            command: Some(vec!["redis-cli".to_string(), "ping".to_string()]),
+        }),
+        period_seconds: Some(period),
+        ..Default::default()
+    }
 }
 
 /// The managed broker's Service, the name the processes dial.

@@ -20,8 +20,8 @@ use afe_config::engine::{AgentFlowEngine, EngineImage};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 pub use data::{redis, redis_service, store_cluster};
-pub use policy::sandbox_ingress_policy;
-pub use scaling::scaled_object;
+pub use policy::{engine_policies, sandbox_ingress_policy};
+pub use scaling::{Scaling, scaled_object, scaling};
 pub use workloads::{api_service, config_map, ingress, serve, worker};
 
 /// Who manages what the operator makes.
@@ -151,6 +151,7 @@ pub fn desired(inputs: &Inputs<'_>) -> Vec<serde_json::Value> {
     out.push(json(api_service(inputs)));
     out.extend(ingress(inputs).map(json));
     out.extend(scaled_object(inputs));
+    out.extend(engine_policies(inputs).into_iter().map(json));
     out.extend(sandbox_ingress_policy(inputs).map(json));
     out
 }

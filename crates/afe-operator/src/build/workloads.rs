@@ -19,7 +19,7 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{API_PORT, CONFIG_DIR, Inputs, REVISION, image_text};
+use super::{API_PORT, CONFIG_DIR, Inputs, REVISION, Scaling, image_text};
 
 /// The uid afe's processes run as.
 const UID: i64 = 10001;
@@ -307,10 +307,12 @@ pub fn worker(inputs: &Inputs<'_>) -> Deployment {
         env_from: Some(env_from).filter(|e| !e.is_empty()),
         ..Default::default()
     };
-    let replicas = match workers.and_then(|w| w.autoscaling.as_ref()) {
-        Some(_) if inputs.keda => None,
-        Some(autoscaling) => Some(autoscaling.max_replicas as i32),
-        None => Some(workers.and_then(|w| w.replicas).unwrap_or(1) as i32),
+    let replicas = match super::scaling(inputs.engine, inputs.keda) {
+        Scaling::Keda(_) => None,
+        Scaling::KedaAbsent(autoscaling) | Scaling::NoTriggerAuthentication(autoscaling) => {
+            Some(autoscaling.max_replicas as i32)
+        }
+        Scaling::Fixed(replicas) => Some(replicas as i32),
     };
     deployment(
         inputs,
