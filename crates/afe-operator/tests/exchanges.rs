@@ -171,3 +171,36 @@ async fn a_failing_server_is_its_own_code_and_is_tried_again() {
         kube::runtime::controller::Action::requeue(Duration::from_secs(10))
     );
 }
+
+#[tokio::test]
+async fn without_afes_crds_the_operator_refuses_to_start_and_says_what_to_apply() {
+    let (client, _) = scripted(
+        vec![(
+            "GET /apis/afe.dev/v1alpha1".to_string(),
+            404,
+            status(404, "NotFound"),
+        )],
+        "afe",
+    );
+    let err = afe_operator::controller::check_installed(&client)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("AFE-OPR-004") && text.contains("kubectl apply -k deploy/operator"),
+        "{text}"
+    );
+    let (client, _) = scripted(
+        vec![(
+            "GET /apis/afe.dev/v1alpha1".to_string(),
+            200,
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "afe.dev/v1alpha1",
+                "resources": [{"name": "agentflowengines", "singularName": "agentflowengine",
+                    "namespaced": true, "kind": "AgentFlowEngine", "verbs": ["get", "list", "watch"]}]}),
+        )],
+        "afe",
+    );
+    afe_operator::controller::check_installed(&client)
+        .await
+        .unwrap();
+}

@@ -235,7 +235,13 @@ impl Worker {
         {
             Ok(Some(claimed)) => claimed,
             Ok(None) => {
-                // Ended, or held by a live worker: this entry is a duplicate.
+                // Ended, paused, or held by a live worker: nothing to run from this entry. A
+                // ticket paused while it was queued still has the sandbox of its last node,
+                // marked as between nodes: marked paused now, it is kept however long the pause
+                // lasts (the reaper judges by the mark alone).
+                if let Ok(TicketState::Paused) = self.store.ticket(&ticket).await.map(|t| t.state) {
+                    self.executor.ticket_paused(&ticket).await;
+                }
                 let _ = self.queue.ack(&delivery).await;
                 return;
             }

@@ -193,6 +193,7 @@ on_both_pairs!(
     a_false_when_skips_its_node_and_what_needs_it_and_checkpoints_are_kept,
     a_ticket_cancelled_mid_node_stops_its_worker_and_loses_its_sandbox,
     a_ticket_paused_mid_node_runs_that_node_again_when_resumed,
+    a_ticket_paused_while_queued_has_its_sandbox_marked_paused_by_the_worker_that_finds_it,
 );
 
 async fn a_flow_runs_to_done_and_every_event_is_published_after_its_commit(pair: Pair) {
@@ -610,5 +611,33 @@ async fn a_ticket_paused_mid_node_runs_that_node_again_when_resumed(pair: Pair) 
     let ran = executor.notes.ran.lock().unwrap().clone();
     let n = |node: &str| ran.iter().filter(|(n, _)| n == node).count();
     assert_eq!((n("n1"), n("n2"), n("n3")), (1, 2, 1), "{ran:?}");
+    pair.close().await;
+}
+
+/// Paused while queued (no worker holds it): the worker that takes its queue entry finds it
+/// paused, claims nothing, runs nothing, and marks its sandbox paused — so the operator's reaper,
+/// which judges by that mark alone, keeps it however long the pause lasts.
+async fn a_ticket_paused_while_queued_has_its_sandbox_marked_paused_by_the_worker_that_finds_it(
+    pair: Pair,
+) {
+    let id = pair.ticket().await;
+    let (paused, _) = pair.store.pause(&id).await.unwrap();
+    assert_eq!(paused.state, TicketState::Paused);
+    pair.queue.enqueue(&id).await.unwrap();
+    let (started, _) = tokio::sync::watch::channel(false);
+    let executor = Arc::new(Stuck {
+        started,
+        notes: Notes::default(),
+    });
+    let (stop, worker) = pair.worker_with(executor.clone());
+    executor.notes.wait_paused(&id).await;
+    let _ = stop.send(true);
+    worker.await.unwrap();
+    assert!(executor.notes.ran.lock().unwrap().is_empty(), "nothing ran");
+    assert!(executor.notes.ended.lock().unwrap().is_empty());
+    assert_eq!(
+        pair.store.ticket(&id).await.unwrap().state,
+        TicketState::Paused
+    );
     pair.close().await;
 }
