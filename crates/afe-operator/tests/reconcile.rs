@@ -585,3 +585,115 @@ async fn an_unreadable_orphan_grace_is_a_config_problem_and_nothing_is_reaped() 
             .is_some()
     );
 }
+
+/// The verb, API group, resource (with its subresource) and namespace a request is checked for.
+fn authorized_as(method: &http::Method, path: &str) -> Option<(String, String, String, String)> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match parts.first()? {
+        &"api" => ("", &parts[2..]),
+        &"apis" => (parts[1], &parts[3..]),
+        _ => return None,
+    };
+    // Discovery (`/apis/keda.sh/v1alpha1`) is open to every authenticated account.
+    let ["namespaces", namespace, resource, rest @ ..] = rest else {
+        return None;
+    };
+    let resource = match rest {
+        [_, sub] => format!("{resource}/{sub}"),
+        _ => resource.to_string(),
+    };
+    let verb = match (method.as_str(), rest.is_empty()) {
+        ("GET", true) => "list",
+        ("GET", false) => "get",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("PUT", _) => "update",
+        ("DELETE", _) => "delete",
+        (other, _) => panic!("{other} {path}"),
+    };
+    Some((verb.into(), group.into(), resource, namespace.to_string()))
+}
+
+/// Whether the Role in `file` allows `verb` on `group`/`resource`.
+fn allows(file: &str, verb: &str, group: &str, resource: &str) -> bool {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/operator")
+        .join(file);
+    let role: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let has = |list: &Value, item: &str| list.as_array().unwrap().iter().any(|v| v == item);
+    role["rules"].as_array().unwrap().iter().any(|rule| {
+        has(&rule["apiGroups"], group)
+            && has(&rule["resources"], resource)
+            && has(&rule["verbs"], verb)
+    })
+}
+
+/// Least privilege, one way: every request of a reconcile that goes through everything — managed
+/// data, KEDA, a foreign object, pruning, the reaper — is one the operator's two Roles allow (a
+/// request they do not allow would be a 403 on a real cluster). docs/afe-operator.md lists them.
+#[tokio::test]
+async fn every_request_the_reconcile_makes_is_one_its_roles_allow() {
+    let cluster = Cluster::example(EVERYTHING, |engine| {
+        engine["spec"]["afe"]["store"] = json!({"managed": {}});
+        engine["spec"]["afe"]["broker"] = json!({"managed": {}});
+    })
+    .await;
+    cluster
+        .create(sandbox_pod("terminal", Some(("ended", 1))))
+        .await;
+    cluster
+        .create(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "afe-api", "namespace": NS}, "spec": {"defaultBackend": {"service": {"name": "x", "port": {"number": 80}}}}}))
+        .await;
+    cluster.reconcile().await.unwrap();
+    cluster
+        .edit_engine(|engine| {
+            engine["spec"]["afe"]["broker"] =
+                json!({"external": {"secretRef": {"name": "afe-redis"}}});
+            engine["spec"]["afe"]["store"] =
+                json!({"external": {"secretRef": {"name": "afe-postgres"}}});
+            engine["spec"]["afe"]["sandbox"]["networkPolicy"] = json!({"manage": false});
+            engine["spec"]["deployment"]["workers"]
+                .as_object_mut()
+                .unwrap()
+                .remove("autoscaling");
+        })
+        .await;
+    cluster.reconcile().await.unwrap();
+    let mut checked = std::collections::BTreeSet::new();
+    for sent in cluster.sent() {
+        let Some((verb, group, resource, namespace)) = authorized_as(&sent.method, &sent.path)
+        else {
+            continue;
+        };
+        let role = match namespace.as_str() {
+            NS => "role.yaml",
+            SANDBOX_NS => "role-sandbox.yaml",
+            other => panic!(
+                "a request in namespace {other}: {} {}",
+                sent.method, sent.path
+            ),
+        };
+        assert!(
+            allows(role, &verb, &group, &resource),
+            "{role} does not allow {verb} {group}/{resource}: {} {}",
+            sent.method,
+            sent.path
+        );
+        checked.insert(format!("{namespace} {verb} {group}/{resource}"));
+    }
+    for expected in [
+        "afe patch afe.dev/agentflowengines/status",
+        "afe create events.k8s.io/events",
+        "afe delete apps/statefulsets",
+        "afe delete keda.sh/scaledobjects",
+        "afe delete postgresql.cnpg.io/clusters",
+        "afe-sandbox delete /pods",
+        "afe-sandbox delete networking.k8s.io/networkpolicies",
+    ] {
+        assert!(
+            checked.contains(expected),
+            "{expected} not exercised: {checked:#?}"
+        );
+    }
+}
