@@ -589,9 +589,9 @@ async fn an_unreadable_orphan_grace_is_a_config_problem_and_nothing_is_reaped() 
 /// The verb, API group, resource (with its subresource) and namespace a request is checked for.
 fn authorized_as(method: &http::Method, path: &str) -> Option<(String, String, String, String)> {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let (group, rest) = match parts.first()? {
-        &"api" => ("", &parts[2..]),
-        &"apis" => (parts[1], &parts[3..]),
+    let (group, rest) = match *parts.first()? {
+        "api" => ("", &parts[2..]),
+        "apis" => (parts[1], &parts[3..]),
         _ => return None,
     };
     // Discovery (`/apis/keda.sh/v1alpha1`) is open to every authenticated account.
