@@ -19,7 +19,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 
-use crate::build::{self, Inputs};
+use crate::build::{self, Inputs, Target};
 use crate::configuration::{self, Validation};
 use crate::converge::{Holder, covers, holder, stamped};
 use crate::discovery;
@@ -186,47 +186,21 @@ async fn prune(
     desired: &[Value],
     inputs: &Inputs<'_>,
 ) -> Result<(), ReconcileError> {
-    let ns = inputs.namespace().to_string();
-    let sandbox_ns = inputs.engine.spec.afe.sandbox.namespace.clone();
-    let mut possible = vec![
-        ("v1", "Service", inputs.named("redis"), ns.clone()),
-        ("apps/v1", "StatefulSet", inputs.named("redis"), ns.clone()),
-        (
-            "networking.k8s.io/v1",
-            "Ingress",
-            inputs.named("api"),
-            ns.clone(),
-        ),
-        (
-            "networking.k8s.io/v1",
-            "NetworkPolicy",
-            "afe-sandbox-ingress".to_string(),
-            sandbox_ns,
-        ),
-    ];
-    if inputs.keda {
-        possible.push((
-            "keda.sh/v1alpha1",
-            "ScaledObject",
-            inputs.named("worker"),
-            ns.clone(),
-        ));
-    }
-    if inputs.cloudnative_pg {
-        possible.push((
-            "postgresql.cnpg.io/v1",
-            "Cluster",
-            inputs.named("store"),
-            ns.clone(),
-        ));
-    }
-    for (api_version, kind, name, namespace) in possible {
-        let wanted = desired
-            .iter()
-            .any(|d| d["kind"] == kind && d["metadata"]["name"] == name.as_str());
+    for target in build::optional(inputs) {
+        let wanted = desired.iter().any(|d| {
+            d["kind"] == target.kind
+                && d["metadata"]["name"] == target.name.as_str()
+                && d["metadata"]["namespace"] == target.namespace.as_str()
+        });
         if wanted {
             continue;
         }
+        let Target {
+            api_version,
+            kind,
+            name,
+            namespace,
+        } = target;
         let object = serde_json::json!({
             "apiVersion": api_version, "kind": kind,
             "metadata": {"name": name, "namespace": namespace},

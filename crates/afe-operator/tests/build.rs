@@ -257,3 +257,42 @@ fn every_built_object_passes_the_official_schemas_strictly() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// What a change of the spec can take away is in `optional` (so the reconcile can remove it),
+/// and what is always built is not: every object of the fullest installation is one or the other.
+#[test]
+fn every_object_that_can_come_and_go_is_one_the_reconcile_can_remove() {
+    let mut fullest = managed();
+    fullest.spec.afe.sandbox.network_policy = None;
+    let files = files();
+    let inputs = Inputs {
+        engine: &fullest,
+        revision: "04cf1cc0ea69d1",
+        files: &files,
+        keda: true,
+        cloudnative_pg: true,
+    };
+    let optional: Vec<(String, String)> = build::optional(&inputs)
+        .into_iter()
+        .map(|t| (t.kind.to_string(), t.name))
+        .collect();
+    let always = [
+        ("ConfigMap", "afe-config"),
+        ("Deployment", "afe-serve"),
+        ("Deployment", "afe-worker"),
+        ("Service", "afe-api"),
+        ("NetworkPolicy", "afe-serve"),
+        ("NetworkPolicy", "afe-worker"),
+    ];
+    for object in build::desired(&inputs) {
+        let kind = object["kind"].as_str().unwrap().to_string();
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        let is_always = always.contains(&(kind.as_str(), name.as_str()));
+        let is_optional = optional.contains(&(kind.clone(), name.clone()));
+        assert!(
+            is_always != is_optional,
+            "{kind}/{name}: always {is_always}, optional {is_optional}"
+        );
+    }
+    assert_eq!(optional.len(), 7, "{optional:?}");
+}

@@ -156,6 +156,59 @@ pub fn desired(inputs: &Inputs<'_>) -> Vec<serde_json::Value> {
     out
 }
 
+/// Where an object the operator may make lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub name: String,
+    pub namespace: String,
+}
+
+/// Every object a change of the resource's spec can take away (or KEDA's or CloudNativePG's
+/// removal): the configuration ConfigMap, serve, the workers, the API's Service and the policies
+/// of serve and the workers are always asked for. The kinds the cluster does not serve are left
+/// out — asking for them would fail.
+pub fn optional(inputs: &Inputs<'_>) -> Vec<Target> {
+    let here = |api_version, kind, name: String| Target {
+        api_version,
+        kind,
+        name,
+        namespace: inputs.namespace().to_string(),
+    };
+    let mut targets = vec![
+        here("v1", "Service", inputs.named("redis")),
+        here("apps/v1", "StatefulSet", inputs.named("redis")),
+        here(
+            "networking.k8s.io/v1",
+            "NetworkPolicy",
+            inputs.named("redis"),
+        ),
+        here("networking.k8s.io/v1", "Ingress", inputs.named("api")),
+        Target {
+            api_version: "networking.k8s.io/v1",
+            kind: "NetworkPolicy",
+            name: "afe-sandbox-ingress".to_string(),
+            namespace: inputs.engine.spec.afe.sandbox.namespace.clone(),
+        },
+    ];
+    if inputs.keda {
+        targets.push(here(
+            "keda.sh/v1alpha1",
+            "ScaledObject",
+            inputs.named("worker"),
+        ));
+    }
+    if inputs.cloudnative_pg {
+        targets.push(here(
+            "postgresql.cnpg.io/v1",
+            "Cluster",
+            inputs.named("store"),
+        ));
+    }
+    targets
+}
+
 /// A container as `uid` with no capability, no privilege escalation and a read-only root.
 pub fn restricted(uid: i64) -> k8s_openapi::api::core::v1::SecurityContext {
     k8s_openapi::api::core::v1::SecurityContext {
