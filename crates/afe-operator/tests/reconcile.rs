@@ -205,6 +205,30 @@ async fn without_keda_workers_run_at_max_replicas_and_autoscaling_is_not_ready()
 }
 
 #[tokio::test]
+async fn keda_cannot_reach_an_external_broker_without_a_trigger_authentication() {
+    let cluster = Cluster::example(EVERYTHING, |engine| {
+        let autoscaling = &mut engine["spec"]["deployment"]["workers"]["autoscaling"];
+        autoscaling
+            .as_object_mut()
+            .unwrap()
+            .remove("triggerAuthentication");
+    })
+    .await;
+    cluster.reconcile().await.unwrap();
+    let (status, reason, message) = condition(&cluster.engine().await, "AutoscalingReady");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "TriggerAuthenticationMissing")
+    );
+    assert!(message.contains("triggerAuthentication"), "{message}");
+    assert!(!cluster.has("ScaledObject", "afe-worker").await);
+    assert_eq!(
+        cluster.get("Deployment", "afe-worker").await["spec"]["replicas"],
+        20
+    );
+}
+
+#[tokio::test]
 async fn keda_installed_later_takes_the_workers_over() {
     let cluster = Cluster::example(NOTHING, |_| {}).await;
     cluster.reconcile().await.unwrap();
@@ -389,6 +413,7 @@ async fn a_pin_that_does_not_match_rotates_nothing_and_names_both_hashes() {
         engine.status.as_ref().unwrap().revision.as_deref(),
         Some(running_revision.as_str())
     );
+    assert_eq!(condition(&engine, READY).1, "RevisionMismatch");
     let writes = cluster.writes();
     assert_eq!(
         writes,
