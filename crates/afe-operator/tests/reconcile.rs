@@ -722,3 +722,60 @@ async fn every_request_the_reconcile_makes_is_one_its_roles_allow() {
         );
     }
 }
+
+/// The controller itself, run on the resource's namespace: its watches start (the afe kinds, the
+/// source ConfigMap, what it owns — never KEDA's or CloudNativePG's), and the resource it lists is
+/// reconciled without anyone calling the reconcile.
+#[tokio::test]
+async fn the_controller_reconciles_what_it_finds_in_its_namespace() {
+    let cluster = Cluster::example(NOTHING, no_pin).await;
+    let ctx = std::sync::Arc::new(afe_operator::reconcile::Context::new(
+        cluster.client.clone(),
+        kube::runtime::events::Recorder::new(
+            cluster.client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "afe-operator".to_string(),
+                instance: None,
+            },
+        ),
+        std::sync::Arc::new(|| cluster::NOW_MS),
+        std::time::Duration::from_secs(60),
+    ));
+    let running = tokio::spawn(afe_operator::controller::run(
+        cluster.client.clone(),
+        NS,
+        ctx,
+    ));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let engine = loop {
+        let engine = cluster.engine().await;
+        let reconciled = engine
+            .status
+            .as_ref()
+            .is_some_and(|s| !s.conditions.is_empty());
+        if reconciled {
+            break engine;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller never reconciled the AgentFlowEngine: {:?}",
+            cluster.sent()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    running.abort();
+    assert_eq!(condition(&engine, "ConfigValidated").1, "Valid");
+    assert!(cluster.has("Deployment", "afe-serve").await);
+    let watched: Vec<String> = cluster
+        .sent()
+        .iter()
+        .filter(|s| s.path.contains("/namespaces/afe/"))
+        .map(|s| s.path.clone())
+        .collect();
+    assert!(
+        watched
+            .iter()
+            .all(|p| !p.contains("scaledobjects") && !p.contains("clusters")),
+        "{watched:?}"
+    );
+}

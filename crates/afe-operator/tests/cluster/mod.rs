@@ -12,7 +12,10 @@ use std::time::Duration;
 use afe_config::engine::AgentFlowEngine;
 use afe_config::kinds::{Agent, Flow, Plugin, SchemaResource};
 use afe_operator::reconcile::{Context, ReconcileError, reconcile};
+use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::client::Body;
@@ -208,15 +211,34 @@ fn canonical_quantity(amount: f64, original: &str) -> String {
     original.to_string()
 }
 
-fn answer(status: StatusCode, body: Value) -> Response<Body> {
+/// What the layer answers with: a whole body, the in-memory server's, or a watch's stream.
+type Answer = Response<UnsyncBoxBody<Bytes, BoxError>>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn answer(status: StatusCode, body: Value) -> Answer {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
-        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+        .body(
+            Full::new(Bytes::from(serde_json::to_vec(&body).unwrap()))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        )
         .unwrap()
 }
 
-fn discovery(group_version: &str, kind: &str, plural: &str, installed: bool) -> Response<Body> {
+/// A watch that stays open and says nothing: the in-memory server has no watch, and a
+/// controller's watcher, after its first list, waits on this as on a quiet real server.
+fn quiet_watch() -> Answer {
+    let events = futures_util::stream::pending::<Result<http_body::Frame<Bytes>, BoxError>>();
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(StreamBody::new(events).boxed_unsync())
+        .unwrap()
+}
+
+fn discovery(group_version: &str, kind: &str, plural: &str, installed: bool) -> Answer {
     if installed {
         answer(
             StatusCode::OK,
@@ -238,8 +260,16 @@ async fn serve(
     sent: Arc<Mutex<Vec<Sent>>>,
     installed: Arc<Mutex<Installed>>,
     request: Request<Body>,
-) -> Result<Response<Body>, kube::Error> {
+) -> Result<Answer, kube::Error> {
     let path = request.uri().path().to_string();
+    if request.method() == Method::GET
+        && request
+            .uri()
+            .query()
+            .is_some_and(|q| q.contains("watch=true"))
+    {
+        return Ok(quiet_watch());
+    }
     let installed = *installed.lock().unwrap();
     if path.starts_with("/apis/keda.sh/v1alpha1") || path.starts_with("/apis/postgresql.cnpg.io/v1")
     {
@@ -288,9 +318,10 @@ async fn serve(
     } else {
         body.to_vec()
     };
-    direct
+    let response = direct
         .send(Request::from_parts(parts, Body::from(body)))
-        .await
+        .await?;
+    Ok(response.map(|body| body.map_err(BoxError::from).boxed_unsync()))
 }
 
 impl Cluster {
