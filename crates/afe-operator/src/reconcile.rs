@@ -270,6 +270,53 @@ fn reference(object: &Value) -> ObjectReference {
     }
 }
 
+/// Steps 2 to 4: every object asked for, applied unless the server holds it already or it is not
+/// the operator's (each such one named in an Event), and what is no longer asked for removed.
+/// The objects left alone, and the processes as they stand.
+async fn apply_all(
+    ctx: &Context,
+    engine: &AgentFlowEngine,
+    inputs: &Inputs<'_>,
+) -> Result<(Vec<String>, Vec<EngineComponent>), ReconcileError> {
+    let desired: Vec<Value> = build::desired(inputs).into_iter().map(stamped).collect();
+    let (mut conflicts, mut components) = (Vec::new(), Vec::new());
+    for object in &desired {
+        match converge(&ctx.client, object, inputs).await? {
+            Applied::Foreign(why) => {
+                conflict_event(ctx, engine, object, &why).await;
+                conflicts.push(why);
+            }
+            Applied::Live(live) => {
+                if matches!(live["kind"].as_str(), Some("Deployment" | "StatefulSet")) {
+                    let component = live["metadata"]["labels"]["app.kubernetes.io/component"]
+                        .as_str()
+                        .unwrap_or_default();
+                    components.push(status::component(component, &live));
+                }
+            }
+        }
+    }
+    prune(&ctx.client, &desired, inputs).await?;
+    Ok((conflicts, components))
+}
+
+/// A Warning Event on the resource naming an object it left alone (`related`: the object).
+async fn conflict_event(ctx: &Context, engine: &AgentFlowEngine, object: &Value, why: &str) {
+    tracing::warn!(engine = %engine.name_any(), conflict = %why, "left alone: not the operator's");
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "ResourceConflict".to_string(),
+        note: Some(format!(
+            "{why}: the operator does not adopt objects; delete or rename it to let the operator make its own"
+        )),
+        action: "Apply".to_string(),
+        secondary: Some(reference(object)),
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &engine.object_ref(&())).await {
+        tracing::warn!(error = %err, "the ResourceConflict event was not recorded");
+    }
+}
+
 /// One reconcile of `engine`: the six steps.
 pub async fn reconcile(
     engine: Arc<AgentFlowEngine>,
@@ -288,56 +335,28 @@ pub async fn reconcile(
     }
     let facts = discovery::facts(client).await?;
     let pin = engine.spec.config.revision.as_deref();
-    let mut conflicts = Vec::new();
-    let mut components = Vec::new();
     // (2)-(4) the data services, the processes, their scaling; only a revision that may roll.
-    if let Validation::Valid { revision, files } = &validation
-        && status::rolls(&validation, pin)
-    {
-        let inputs = Inputs {
-            engine: &engine,
-            revision,
-            files,
-            keda: facts.keda,
-            cloudnative_pg: facts.cloudnative_pg,
-        };
-        let desired: Vec<Value> = build::desired(&inputs).into_iter().map(stamped).collect();
-        for object in &desired {
-            match converge(client, object, &inputs).await? {
-                Applied::Foreign(why) => {
-                    tracing::warn!(engine = %name, conflict = %why, "left alone: not the operator's");
-                    let event = Event {
-                        type_: EventType::Warning,
-                        reason: "ResourceConflict".to_string(),
-                        note: Some(format!(
-                            "{why}: the operator does not adopt objects; delete or rename it to let the operator make its own"
-                        )),
-                        action: "Apply".to_string(),
-                        secondary: Some(reference(object)),
-                    };
-                    if let Err(err) = ctx.recorder.publish(&event, &engine.object_ref(&())).await {
-                        tracing::warn!(error = %err, "the ResourceConflict event was not recorded");
-                    }
-                    conflicts.push(why);
-                }
-                Applied::Live(live) => {
-                    let component = live["metadata"]["labels"]["app.kubernetes.io/component"]
-                        .as_str()
-                        .unwrap_or_default();
-                    if matches!(live["kind"].as_str(), Some("Deployment" | "StatefulSet")) {
-                        components.push(status::component(component, &live));
-                    }
-                }
-            }
+    // Otherwise what runs is left as it was, and so is what the status says of it.
+    let (conflicts, components) = match &validation {
+        Validation::Valid { revision, files } if status::rolls(&validation, pin) => {
+            let inputs = Inputs {
+                engine: &engine,
+                revision,
+                files,
+                keda: facts.keda,
+                cloudnative_pg: facts.cloudnative_pg,
+            };
+            apply_all(&ctx, &engine, &inputs).await?
         }
-        prune(client, &desired, &inputs).await?;
-    } else {
-        components = engine
-            .status
-            .as_ref()
-            .map(|s| s.components.clone())
-            .unwrap_or_default();
-    }
+        _ => (
+            Vec::new(),
+            engine
+                .status
+                .as_ref()
+                .map(|s| s.components.clone())
+                .unwrap_or_default(),
+        ),
+    };
     // (5) the reaper.
     let now_ms = (ctx.clock)();
     let removed = match grace {
