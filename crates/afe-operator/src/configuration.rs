@@ -12,6 +12,7 @@ use afe_config::runtime::{
     TracerRuntime, UrlFromEnv,
 };
 use afe_config::{Revision, as_applied, load_objects};
+use afe_sandbox_kube::render::sorted_keys;
 use serde_json::{Value, json};
 
 /// The variables serve and the workers read the store's and the broker's URLs from (the
@@ -87,7 +88,8 @@ pub fn runtime_document(engine: &AgentFlowEngine) -> Value {
 }
 
 /// The file a custom resource becomes in serve's folder: `generated.<kind>.<name>.yaml`. JSON is
-/// YAML, and the file is read by the same code either way. A prompt the resource takes from a
+/// YAML, and the file is read by the same code either way. Keys are sorted (a workspace build
+/// turns on serde_json's `preserve_order`): the same config gives the same ConfigMap. A prompt the resource takes from a
 /// key of the source ConfigMap is that key's file in the folder (`promptRef: {file: KEY}`): the
 /// same text, so the same revision.
 fn file_of(object: &Value) -> Option<(String, String)> {
@@ -99,22 +101,8 @@ fn file_of(object: &Value) -> Option<(String, String)> {
     {
         *reference = json!({ "file": key });
     }
-    let text = serde_json::to_string_pretty(&sorted(object)).ok()?;
+    let text = serde_json::to_string_pretty(&sorted_keys(object)).ok()?;
     Some((format!("generated.{kind}.{name}.yaml"), format!("{text}\n")))
-}
-
-/// Keys in order, whatever serde_json's map keeps (a workspace build turns on its
-/// `preserve_order`): the files, and so the ConfigMap, are the same for the same config.
-fn sorted(value: Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let ordered: BTreeMap<String, Value> =
-                map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
-            Value::Object(ordered.into_iter().collect())
-        }
-        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
-        other => other,
-    }
 }
 
 /// `spec.afe.sandbox.orphanGrace` (default 30m), or why it cannot be read.

@@ -237,6 +237,11 @@ fn computed(findings: &Findings<'_>) -> (Vec<EngineCondition>, &'static [&'stati
     (next, kept)
 }
 
+/// The condition of type `type_` in `status`, if it has one.
+pub fn find<'a>(status: &'a AgentFlowEngineStatus, type_: &str) -> Option<&'a EngineCondition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
 /// The status after this reconcile, from the previous one.
 pub fn status(findings: &Findings<'_>) -> AgentFlowEngineStatus {
     let previous = findings.engine.status.clone().unwrap_or_default();
@@ -245,7 +250,7 @@ pub fn status(findings: &Findings<'_>) -> AgentFlowEngineStatus {
     let mut conditions: Vec<EngineCondition> = next
         .into_iter()
         .map(|mut c| {
-            let before = previous.conditions.iter().find(|p| p.type_ == c.type_);
+            let before = find(&previous, &c.type_);
             c.last_transition_time = match before {
                 Some(before) if before.status == c.status => before.last_transition_time.clone(),
                 _ => Some(findings.now.clone()),

@@ -170,16 +170,11 @@ impl Namespace {
 }
 
 fn condition(engine: &AgentFlowEngine, type_: &str) -> (String, String, String) {
-    let c = engine
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-        .unwrap_or_else(|| panic!("no {type_} in {:?}", engine.status));
-    (
-        c.status.clone(),
-        c.reason.clone().unwrap_or_default(),
-        c.message.clone().unwrap_or_default(),
-    )
+    let status = engine.status.clone().unwrap_or_default();
+    let c = afe_operator::status::find(&status, type_)
+        .unwrap_or_else(|| panic!("no condition {type_} in {status:?}"));
+    let text = |t: &Option<String>| t.clone().unwrap_or_default();
+    (c.status.clone(), text(&c.reason), text(&c.message))
 }
 
 #[tokio::test]
