@@ -66,6 +66,11 @@ pub enum Command {
         #[command(subcommand)]
         command: WebhookCommand,
     },
+    /// The environment's database branch (`database: {provider: container}`).
+    Db {
+        #[command(subcommand)]
+        command: DbCommand,
+    },
     /// Print every object the environment would be on a runtime, in the order they are applied,
     /// without touching a cluster.
     Render(RenderArgs),
@@ -115,6 +120,25 @@ pub struct RenderArgs {
     /// The namespace of the ingress controller, let in to web services when a domain is set.
     #[arg(long, default_value = "ingress-nginx")]
     pub ingress_namespace: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DbCommand {
+    /// Make the branch fresh from its template again: what the seed made, nothing written since.
+    Reset(EnvArgs),
+    /// psql on the branch as its owner, through the database's container (no port is published).
+    /// From a terminal it is interactive (it runs `docker exec -it`); otherwise SQL is read from
+    /// standard input and psql's status is af's.
+    Psql(PsqlArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PsqlArgs {
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// Arguments for psql, after `--` (e.g. `-- -c 'select 1'`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

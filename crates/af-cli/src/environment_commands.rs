@@ -4,8 +4,8 @@ use std::path::Path;
 
 use af_manifest::{EnvironmentId, Manifest, Provider};
 use af_runtime::{
-    CapturedItem, DecisionQuery, DecisionRecord, Environment, EnvironmentStatus, InboxEntry,
-    Runtime, RuntimeError, WebhookDelivery, WebhookRequest,
+    CapturedItem, DatabaseStatus, DecisionQuery, DecisionRecord, Environment, EnvironmentStatus,
+    InboxEntry, Runtime, RuntimeError, ShellOutput, WebhookDelivery, WebhookRequest,
 };
 
 use crate::cli::EnvArgs;
@@ -19,7 +19,13 @@ pub enum Verb {
     NetLog(DecisionQuery, bool),
     Inbox(Option<String>),
     Webhook(WebhookRequest),
-    Logs { service: String, follow: bool },
+    Logs {
+        service: String,
+        follow: bool,
+    },
+    DbReset,
+    /// psql's arguments.
+    DbPsql(Vec<String>),
 }
 
 /// What a verb answers with.
@@ -30,6 +36,12 @@ enum Answer {
     /// The captured items; whole (one asked for by id) or a line each.
     Inbox(Vec<InboxEntry>, bool),
     Delivery(WebhookDelivery),
+    /// The branch, just reset.
+    Reset(DatabaseStatus),
+    /// psql, run without a terminal.
+    Shell(ShellOutput),
+    /// A command to run in the user's terminal (an interactive psql).
+    Interactive(Vec<String>),
     /// Already printed as it came.
     Printed,
 }
@@ -83,6 +95,19 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
             Verb::Webhook(request) => {
                 Answer::Delivery(platform.trigger_webhook(&id, &request).await?)
             }
+            Verb::DbReset => Answer::Reset(platform.reset_database(&id).await?),
+            Verb::DbPsql(args) => {
+                use std::io::{IsTerminal, Read};
+                if std::io::stdin().is_terminal() {
+                    Answer::Interactive(platform.interactive_database_shell(&id, &args).await?)
+                } else {
+                    let mut input = Vec::new();
+                    std::io::stdin().read_to_end(&mut input).map_err(|e| {
+                        RuntimeError::platform_failed("reading standard input for psql", e)
+                    })?;
+                    Answer::Shell(platform.database_shell(&id, &args, input).await?)
+                }
+            }
             Verb::Logs { service, follow } => {
                 use futures_util::StreamExt;
                 let mut lines = platform.logs(&id, &service, follow).await?;
@@ -107,6 +132,12 @@ pub fn run(verb: Verb, args: &EnvArgs, manifest_path: &Path, json: bool) -> anyh
             );
             Ok(Exit::Usage)
         }
+        Ok(Answer::Shell(output)) => {
+            print!("{}", output.stdout);
+            eprint!("{}", output.stderr);
+            Ok(Exit::Psql(u8::try_from(output.exit_code).unwrap_or(1)))
+        }
+        Ok(Answer::Interactive(command)) => run_in_terminal(&command),
         Ok(answer) => {
             print_answer(&id, answer, json)?;
             Ok(Exit::Success)
@@ -161,6 +192,27 @@ fn print_decision(r: &DecisionRecord, json: bool) {
     }
 }
 
+/// Runs `command` (`docker exec -it ...`) in this terminal, its status af's.
+fn run_in_terminal(command: &[String]) -> anyhow::Result<Exit> {
+    let Some((program, args)) = command.split_first() else {
+        return Ok(Exit::Internal);
+    };
+    match std::process::Command::new(program).args(args).status() {
+        Ok(status) => Ok(Exit::Psql(
+            status
+                .code()
+                .and_then(|c| u8::try_from(c).ok())
+                .unwrap_or(1),
+        )),
+        Err(err) => {
+            eprintln!(
+                "af db psql: {program} could not be run ({err}); an interactive psql needs the docker CLI. Without a terminal, af runs psql itself: pipe SQL in (`echo 'select 1' | af db psql`)"
+            );
+            Ok(Exit::Usage)
+        }
+    }
+}
+
 fn print_answer(id: &EnvironmentId, answer: Answer, json: bool) -> anyhow::Result<()> {
     match answer {
         Answer::Status(status) => print_status(&status, json)?,
@@ -182,7 +234,16 @@ fn print_answer(id: &EnvironmentId, answer: Answer, json: bool) -> anyhow::Resul
         }
         Answer::Delivery(delivery) if json => println!("{}", serde_json::to_string(&delivery)?),
         Answer::Delivery(delivery) => println!("{}\n{}", delivery.status, delivery.body),
-        Answer::Printed => {}
+        Answer::Reset(database) if json => {
+            println!("{}", serde_json::json!({ "reset": database }));
+        }
+        Answer::Reset(database) => eprintln!(
+            "branch {} of {id} made fresh from its template ({})",
+            database.branch,
+            size_text(database.size_bytes)
+        ),
+        // Handled before: they decide the exit status.
+        Answer::Shell(_) | Answer::Interactive(_) | Answer::Printed => {}
     }
     Ok(())
 }
@@ -322,6 +383,15 @@ fn report_error(err: &RuntimeError, json: bool, after_up: bool) {
     }
 }
 
+/// A branch's size as a person reads it.
+fn size_text(bytes: Option<u64>) -> String {
+    match bytes {
+        None => "size unknown".to_string(),
+        Some(b) if b >= 10 << 20 => format!("{} MiB", b >> 20),
+        Some(b) => format!("{} KiB", b >> 10),
+    }
+}
+
 fn print_status(status: &EnvironmentStatus, json: bool) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string(status)?);
@@ -351,6 +421,19 @@ fn print_status(status: &EnvironmentStatus, json: bool) -> anyhow::Result<()> {
         for url in &service.urls {
             println!("{}: {url}", service.name);
         }
+    }
+    if let Some(database) = &status.database {
+        println!(
+            "database: branch {} ({}, {}) on {}",
+            database.branch,
+            if database.running {
+                "running"
+            } else {
+                "NOT running"
+            },
+            size_text(database.size_bytes),
+            database.image
+        );
     }
     if let Some(containment) = &status.containment {
         let verdict = if containment.contained {

@@ -14,6 +14,8 @@ pub enum Exit {
     InvalidManifest,
     /// A runtime error: its code's status.
     Runtime(af_runtime::RunCode),
+    /// `af db psql`: psql's own status, passed through.
+    Psql(u8),
 }
 
 impl Exit {
@@ -24,6 +26,7 @@ impl Exit {
             Exit::Usage => 2,
             Exit::InvalidManifest => 3,
             Exit::Runtime(code) => code.exit_status(),
+            Exit::Psql(status) => status,
         }
     }
 }

@@ -102,6 +102,22 @@ fn main() -> ExitCode {
                 cli.global.json,
             )
         }
+        Command::Db {
+            command: cli::DbCommand::Reset(args),
+        } => environment_commands::run(
+            environment_commands::Verb::DbReset,
+            args,
+            &cli.global.manifest,
+            cli.global.json,
+        ),
+        Command::Db {
+            command: cli::DbCommand::Psql(args),
+        } => environment_commands::run(
+            environment_commands::Verb::DbPsql(args.args.clone()),
+            &args.env,
+            &cli.global.manifest,
+            cli.global.json,
+        ),
         Command::Status(args) => environment_commands::run(
             environment_commands::Verb::Status,
             args,

@@ -16,8 +16,8 @@ pub mod test_hosts;
 // The effect modules at the crate's root, where the conformance suite and the tests name them.
 use apply::control;
 pub use apply::{
-    build, engine_image, ingress, networks, one_shot, probe, schedule, service, sidecar, teardown,
-    trust,
+    build, database, engine_image, ingress, networks, one_shot, probe, schedule, service, sidecar,
+    teardown, trust,
 };
 
 pub use error::DockerError;

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use af_manifest::{EnvironmentId, ImageSource};
 use af_runtime::{
-    Capabilities, Capability, DecisionQuery, DecisionRecord, Environment, EnvironmentStatus,
-    InboxEntry, LogLine, LogStream, ProgressEvent, ProgressSink, Runtime, RuntimeError,
-    ServiceStatus, Step, UpReport, WebhookDelivery, WebhookRequest,
+    Capabilities, Capability, DatabaseStatus, DecisionQuery, DecisionRecord, Environment,
+    EnvironmentStatus, InboxEntry, LogLine, LogStream, ProgressEvent, ProgressSink, Runtime,
+    RuntimeError, ServiceStatus, ShellOutput, Step, UpReport, WebhookDelivery, WebhookRequest,
 };
 use async_trait::async_trait;
 use bollard::Docker;
@@ -20,8 +20,8 @@ use crate::error::{DockerError, platform};
 use crate::names::{INSTANCE_LABEL, REPLICAS_LABEL, SERVICE_LABEL};
 use crate::service::{self, Placement};
 use crate::{
-    build, control, engine_image, ingress, names, networks, one_shot, probe, sidecar, teardown,
-    trust,
+    build, control, database, engine_image, ingress, names, networks, one_shot, probe, sidecar,
+    teardown, trust,
 };
 
 /// How long a service's port may take to open.
@@ -52,6 +52,7 @@ impl LocalRuntime {
                     Capability::CronSchedules,
                     Capability::CronWithoutCommand,
                     Capability::HttpsCapture,
+                    Capability::ContainerDatabase,
                 ],
             ),
             probe_targets,
@@ -360,6 +361,7 @@ fn assemble_status(
         id: id.clone(),
         services: services.into_values().collect(),
         containment,
+        database: None,
     }
 }
 
@@ -379,6 +381,87 @@ fn probe_targets(configured: &[String], layout: &networks::Layout) -> Vec<String
         targets.extend(["--platform-api".to_string(), api]);
     }
     targets
+}
+
+/// The database an environment wants: its image, seed and connection.
+struct WantedDatabase {
+    image: database::Image,
+    seed: Option<database::Seed>,
+    variable: String,
+    connection: crate::plan::database::Connection,
+}
+
+impl LocalRuntime {
+    /// The manifest's container database, its image found on this machine (AF-RUN-066 when it is
+    /// not) and its seed read; `None` without one.
+    async fn wanted_database(
+        &self,
+        environment: &Environment,
+    ) -> Result<Option<WantedDatabase>, RuntimeError> {
+        let Some(af_manifest::Database {
+            provider: af_manifest::DatabaseProvider::Container { image, seed },
+            env: variable,
+            ..
+        }) = &environment.manifest.database
+        else {
+            return Ok(None);
+        };
+        let image = database::image(&self.docker, image).await?;
+        let seed = match seed {
+            Some(file) => {
+                let path = environment.manifest_dir.join(file);
+                let sql = std::fs::read(&path).map_err(|e| {
+                    RuntimeError::from(af_runtime::RuntimeErrorKind::SeedFailed {
+                        file: file.display().to_string(),
+                        detail: format!("it cannot be read at {}: {e}", path.display()),
+                    })
+                })?;
+                Some(database::Seed {
+                    file: file.display().to_string(),
+                    sql,
+                })
+            }
+            None => None,
+        };
+        let connection = database::connection(&self.docker, &environment.id).await?;
+        Ok(Some(WantedDatabase {
+            image,
+            seed,
+            variable: variable.clone(),
+            connection,
+        }))
+    }
+
+    /// The database's template (built once per image and seed) and the environment's server with
+    /// its branch; `true` when anything was made or started.
+    async fn start_database(
+        &self,
+        env: &EnvironmentId,
+        internal: &str,
+        wanted: &WantedDatabase,
+        progress: &dyn ProgressSink,
+    ) -> Result<bool, RuntimeError> {
+        let docker = &self.docker;
+        let detail = format!(
+            "{} (branch {})",
+            wanted.image.reference, wanted.connection.database
+        );
+        af_runtime::run_step(progress, Step::Database, &detail, async {
+            let template =
+                database::ensure_template(docker, &wanted.image, wanted.seed.as_ref()).await?;
+            database::ensure_server(
+                docker,
+                env,
+                internal,
+                &wanted.image,
+                wanted.seed.as_ref(),
+                &template,
+                &wanted.connection,
+            )
+            .await
+        })
+        .await
+    }
 }
 
 /// What phase 3 leaves: the verdict, the sidecar, and the instances prepared meanwhile.
@@ -597,6 +680,16 @@ impl Runtime for LocalRuntime {
             .map_err(RuntimeError::from)?;
         let targets = probe_targets(&self.probe_targets, &layout);
         let no_proxy = af_runtime::no_proxy(manifest.services.keys().map(String::as_str));
+        // The connection string is known before the server runs, so that instances can be
+        // prepared with it while the probe runs.
+        let wanted_database = self.wanted_database(environment).await?;
+        let database_variable =
+            wanted_database
+                .as_ref()
+                .map(|wanted| crate::plan::database::Variable {
+                    name: wanted.variable.clone(),
+                    url: wanted.connection.url(),
+                });
         let placement = Placement {
             env,
             engine_image: &image,
@@ -606,6 +699,7 @@ impl Runtime for LocalRuntime {
             gate_targets: &targets,
             no_proxy: &no_proxy,
             capture_ca: capture_ca.as_ref(),
+            database: database_variable.as_ref(),
         };
         let contained = contain(
             &self.docker,
@@ -617,7 +711,16 @@ impl Runtime for LocalRuntime {
             early,
         )
         .await?;
-        let changed = std::sync::atomic::AtomicBool::new(contained.sidecar_created);
+        // After the verdict, before any service (and its migration) needs it.
+        let database_changed = match &wanted_database {
+            Some(wanted) => {
+                self.start_database(env, &internal, wanted, progress)
+                    .await?
+            }
+            None => false,
+        };
+        let changed =
+            std::sync::atomic::AtomicBool::new(contained.sidecar_created || database_changed);
         let starting = Starting {
             docker: &self.docker,
             at: placement,
@@ -710,12 +813,12 @@ impl Runtime for LocalRuntime {
                 urls.push((service.clone(), url));
             }
         }
-        Ok(assemble_status(
-            id,
-            applications,
-            urls,
-            probe::last(&self.docker, id).await,
-        ))
+        let mut status =
+            assemble_status(id, applications, urls, probe::last(&self.docker, id).await);
+        status.database = database::status(&self.docker, id)
+            .await
+            .map_err(RuntimeError::from)?;
+        Ok(status)
     }
 
     async fn net_log(
@@ -739,6 +842,27 @@ impl Runtime for LocalRuntime {
     ) -> Result<WebhookDelivery, RuntimeError> {
         let sidecar = sidecar::find(&self.docker, id).await?;
         Ok(control::trigger_webhook(&sidecar, request).await?)
+    }
+
+    async fn reset_database(&self, id: &EnvironmentId) -> Result<DatabaseStatus, RuntimeError> {
+        Ok(database::reset(&self.docker, id).await?)
+    }
+
+    async fn database_shell(
+        &self,
+        id: &EnvironmentId,
+        args: &[String],
+        input: Vec<u8>,
+    ) -> Result<ShellOutput, RuntimeError> {
+        Ok(database::shell(&self.docker, id, args, input).await?)
+    }
+
+    async fn interactive_database_shell(
+        &self,
+        id: &EnvironmentId,
+        args: &[String],
+    ) -> Result<Vec<String>, RuntimeError> {
+        Ok(database::interactive_shell(&self.docker, id, args).await?)
     }
 
     async fn logs(

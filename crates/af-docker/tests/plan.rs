@@ -62,6 +62,7 @@ fn planned(manifest: &Manifest) -> Plan {
         gate_targets: &gate_targets,
         no_proxy: &no_proxy,
         capture_ca: manifest.egress.needs_capture_ca().then_some(&ca),
+        database: None,
     };
     let images: BTreeMap<String, String> = manifest
         .services

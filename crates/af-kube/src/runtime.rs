@@ -919,6 +919,9 @@ fn assemble_status(
         id: id.clone(),
         services,
         containment,
+        // A container database is refused on Kubernetes (AF-RUN-044), an external one has no
+        // branch.
+        database: None,
     }
 }
 
@@ -1015,6 +1018,7 @@ impl Runtime for KubeRuntime {
                 id: id.clone(),
                 services: Vec::new(),
                 containment: None,
+                database: None,
             });
         };
         let containment = namespace

@@ -63,6 +63,19 @@ pub enum RunCode {
     /// or 403).
     #[strum(serialize = "AF-RUN-065")]
     NotAllowed,
+    /// The database image the manifest names is not on this machine, and the local runtime pulls
+    /// nothing.
+    #[strum(serialize = "AF-RUN-066")]
+    DatabaseImageMissing,
+    /// The database's `seed` SQL failed when it was applied into the template.
+    #[strum(serialize = "AF-RUN-067")]
+    SeedFailed,
+    /// The database container started and its server did not accept connections in time.
+    #[strum(serialize = "AF-RUN-068")]
+    DatabaseNeverReady,
+    /// A database command (`af db ...`) for an environment that has no branch to act on.
+    #[strum(serialize = "AF-RUN-069")]
+    NoDatabaseBranch,
 }
 
 /// Who can act on an error, the first thing a person (or a controller deciding whether to retry)
@@ -107,7 +120,11 @@ impl RunCode {
             | RunCode::MigrationFailed
             | RunCode::ImageBuildFailed
             | RunCode::NeverReady
-            | RunCode::NotAllowed => Category::Manifest,
+            | RunCode::NotAllowed
+            | RunCode::DatabaseImageMissing
+            | RunCode::SeedFailed
+            | RunCode::DatabaseNeverReady
+            | RunCode::NoDatabaseBranch => Category::Manifest,
             RunCode::ContainmentRefused
             | RunCode::SidecarConfigInvalid
             | RunCode::NetlockFailed => Category::Containment,
@@ -133,7 +150,11 @@ impl RunCode {
             | RunCode::ImageBuildFailed
             | RunCode::NeverReady
             | RunCode::Internal
-            | RunCode::NotAllowed => 4,
+            | RunCode::NotAllowed
+            | RunCode::DatabaseImageMissing
+            | RunCode::SeedFailed
+            | RunCode::DatabaseNeverReady
+            | RunCode::NoDatabaseBranch => 4,
             RunCode::ContainmentRefused => 43,
             RunCode::Unsupported => 44,
             RunCode::NotOurs => 45,
@@ -342,6 +363,31 @@ pub enum RuntimeErrorKind {
         /// What the platform said.
         detail: String,
     },
+    DatabaseImageMissing {
+        image: String,
+    },
+    SeedFailed {
+        /// The seed file, as the manifest names it.
+        file: String,
+        /// What psql said.
+        detail: String,
+    },
+    DatabaseNeverReady {
+        /// The database's container.
+        container: String,
+        /// How long af waited.
+        waited_s: u64,
+        /// Whether the container stopped (else it ran and never answered).
+        stopped: bool,
+        /// Its last log lines.
+        detail: String,
+    },
+    NoDatabaseBranch {
+        /// The environment.
+        environment: String,
+        /// Why there is none: no container database in the manifest, or none running.
+        reason: String,
+    },
 }
 
 /// An error from a runtime, carrying its code.
@@ -387,6 +433,10 @@ impl RuntimeError {
             RuntimeErrorKind::NeverReady { .. } => RunCode::NeverReady,
             RuntimeErrorKind::Internal { .. } => RunCode::Internal,
             RuntimeErrorKind::NotAllowed { .. } => RunCode::NotAllowed,
+            RuntimeErrorKind::DatabaseImageMissing { .. } => RunCode::DatabaseImageMissing,
+            RuntimeErrorKind::SeedFailed { .. } => RunCode::SeedFailed,
+            RuntimeErrorKind::DatabaseNeverReady { .. } => RunCode::DatabaseNeverReady,
+            RuntimeErrorKind::NoDatabaseBranch { .. } => RunCode::NoDatabaseBranch,
         }
     }
 
@@ -477,6 +527,29 @@ impl RuntimeError {
             RuntimeErrorKind::NotAllowed {
                 operation, detail, ..
             } => format!("{operation} was refused: af's user is not allowed to do it: {detail}"),
+            RuntimeErrorKind::DatabaseImageMissing { image } => format!(
+                "the database image {image} is not on this machine, and the local runtime pulls no image"
+            ),
+            RuntimeErrorKind::SeedFailed { file, detail } => {
+                format!("the database seed {file} failed: {detail}")
+            }
+            RuntimeErrorKind::DatabaseNeverReady {
+                container,
+                waited_s,
+                stopped,
+                detail,
+            } => format!(
+                "the database server in {container} {} within {waited_s} s; its last lines: {detail}",
+                if *stopped {
+                    "stopped before it accepted connections"
+                } else {
+                    "did not accept connections"
+                }
+            ),
+            RuntimeErrorKind::NoDatabaseBranch {
+                environment,
+                reason,
+            } => format!("environment {environment} has no database branch: {reason}"),
         }
     }
 
@@ -510,6 +583,10 @@ impl RuntimeError {
             RuntimeErrorKind::Internal { .. } => "this is af's fault, not the manifest's or the platform's: please report it with this message; af down removes what was created".to_string(),
             RuntimeErrorKind::NotAllowed { status: 401, .. } => "the credentials of the kubeconfig context af uses were refused (expired, revoked or for another cluster): renew them (`kubectl get --raw /version` shows whether they work), then run the command again".to_string(),
             RuntimeErrorKind::NotAllowed { .. } => "grant the kubeconfig context's user the permission the message names (`kubectl auth can-i VERB RESOURCE -n NAMESPACE` checks it; docs/runtimes.md lists what af needs), or use a context that has it, then run the command again".to_string(),
+            RuntimeErrorKind::DatabaseImageMissing { image } => format!("put {image} on this machine (`docker pull {image}` where a registry is reachable, `docker load`, or scripts/build-db-image for af's own), or name one that is with database.image; nothing was started"),
+            RuntimeErrorKind::SeedFailed { file, .. } => format!("fix the SQL in {file} (psql's message above names the line); it runs as the branch's owner, not a superuser, in one psql session with ON_ERROR_STOP; run af up again, which builds the template again"),
+            RuntimeErrorKind::DatabaseNeverReady { .. } => "its last lines above say why; database.image must follow the official postgres image's contract (PGDATA, a postgres user, `postgres -c ...` as its command); af down removes what was created".to_string(),
+            RuntimeErrorKind::NoDatabaseBranch { .. } => "a branch exists for a manifest with `database: {provider: container}` after af up; run af up first (af status shows the branch), or, for an external database, use its own tools".to_string(),
         }
     }
 }

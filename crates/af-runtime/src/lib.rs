@@ -27,8 +27,8 @@ pub use error::{
 };
 pub use progress::{ProgressEvent, ProgressSink, Step, run_step};
 pub use runtime::{
-    ContainmentSummary, Environment, EnvironmentStatus, LogLine, LogStream, Runtime, ServiceStatus,
-    UpReport,
+    ContainmentSummary, DatabaseStatus, Environment, EnvironmentStatus, LogLine, LogStream,
+    Runtime, ServiceStatus, ShellOutput, UpReport,
 };
 pub use verdict::{gate_refusal, judge_probe};
 

@@ -18,6 +18,9 @@ pub enum Step {
     /// What runs no workload code and needs no way out, made while the probe runs.
     Preparation,
     Sidecar,
+    /// The environment's database: its template (built once per image and seed), its server, its
+    /// branch.
+    Database,
     Migrations,
     Services,
     Readiness,

@@ -40,6 +40,28 @@ pub struct EnvironmentStatus {
     pub services: Vec<ServiceStatus>,
     /// The last containment probe's verdict, if one ran.
     pub containment: Option<ContainmentSummary>,
+    /// The environment's database branch, when it has one.
+    pub database: Option<DatabaseStatus>,
+}
+
+/// An environment's database branch, as its server reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DatabaseStatus {
+    /// The branch: the database the services' connection string names.
+    pub branch: String,
+    /// The image its server runs.
+    pub image: String,
+    pub running: bool,
+    /// `pg_database_size` of the branch; absent while the server is not running.
+    pub size_bytes: Option<u64>,
+}
+
+/// What a command run on the database (`af db psql` without a terminal) printed, and its status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ShellOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -132,5 +154,38 @@ pub trait Runtime: Send + Sync {
         _request: &WebhookRequest,
     ) -> Result<WebhookDelivery, RuntimeError> {
         Err(self.capabilities().unsupported(Capability::WebhookTrigger))
+    }
+
+    /// Makes the environment's branch fresh from its template again: what the seed made, nothing
+    /// written since.
+    async fn reset_database(&self, _id: &EnvironmentId) -> Result<DatabaseStatus, RuntimeError> {
+        Err(self
+            .capabilities()
+            .unsupported(Capability::ContainerDatabase))
+    }
+
+    /// Runs psql with `args` on the environment's branch, through its database container, with
+    /// `input` on its standard input.
+    async fn database_shell(
+        &self,
+        _id: &EnvironmentId,
+        _args: &[String],
+        _input: Vec<u8>,
+    ) -> Result<ShellOutput, RuntimeError> {
+        Err(self
+            .capabilities()
+            .unsupported(Capability::ContainerDatabase))
+    }
+
+    /// The command that opens an interactive psql on the environment's branch from a terminal
+    /// (`docker exec -it ...`), for the CLI to run in the user's terminal.
+    async fn interactive_database_shell(
+        &self,
+        _id: &EnvironmentId,
+        _args: &[String],
+    ) -> Result<Vec<String>, RuntimeError> {
+        Err(self
+            .capabilities()
+            .unsupported(Capability::ContainerDatabase))
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod build;
 pub mod control;
+pub mod database;
 pub mod engine_image;
 pub mod ingress;
 pub mod networks;

@@ -26,7 +26,7 @@ pub struct Finished {
 
 /// af's container `name` of `env` as the daemon reports it, `None` when there is none; one with
 /// our name that is not ours is refused (AF-RUN-045), never touched.
-async fn inspect_ours(
+pub(crate) async fn inspect_ours(
     docker: &Docker,
     name: &str,
     env: &EnvironmentId,
@@ -267,12 +267,27 @@ pub async fn exec_in_holder_as(
         .filter(|e| !e.is_empty())
         .ok_or_else(|| platform(what(), "the holder has no entrypoint: not an engine image"))?;
     cmd.extend(args.iter().cloned());
+    exec(docker, holder, user, cmd, Vec::new()).await
+}
+
+/// Runs `cmd` in the running container `container` as `user`, with `input` on its standard
+/// input (closed after it): what it printed, and its exit code.
+pub async fn exec(
+    docker: &Docker,
+    container: &str,
+    user: &str,
+    cmd: Vec<String>,
+    input: Vec<u8>,
+) -> Result<Finished, DockerError> {
+    let program = cmd.first().cloned().unwrap_or_default();
+    let what = || format!("running {program} in {container}");
     let created = docker
         .create_exec(
-            holder,
+            container,
             bollard::models::ExecConfig {
                 cmd: Some(cmd),
                 user: Some(user.to_string()),
+                attach_stdin: Some(!input.is_empty()),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
                 ..Default::default()
@@ -285,8 +300,25 @@ pub async fn exec_in_holder_as(
         .await
         .map_err(|e| platform(what(), e))?;
     let (stdout, stderr) = match started {
-        bollard::exec::StartExecResults::Attached { mut output, .. } => {
-            read_output(&mut output, what).await?
+        bollard::exec::StartExecResults::Attached {
+            mut output,
+            input: mut stdin,
+        } => {
+            // Written while the output is read: a program that prints as it reads would
+            // otherwise fill its pipe and stop.
+            // Standard input is attached only when there is some.
+            let write = async {
+                use tokio::io::AsyncWriteExt;
+                if input.is_empty() {
+                    return Ok(());
+                }
+                stdin.write_all(&input).await?;
+                stdin.flush().await?;
+                stdin.shutdown().await
+            };
+            let (written, read) = tokio::join!(write, read_output(&mut output, what));
+            written.map_err(|e| platform(what(), e))?;
+            read?
         }
         bollard::exec::StartExecResults::Detached => (String::new(), String::new()),
     };

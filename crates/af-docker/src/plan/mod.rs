@@ -18,6 +18,7 @@
 //! same inputs given all at once.
 
 pub mod containers;
+pub mod database;
 pub mod hardening;
 pub mod ingress;
 pub mod networks;

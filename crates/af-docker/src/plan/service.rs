@@ -28,6 +28,9 @@ pub struct Placement<'a> {
     /// The environment's capture CA, when its egress captures anything: every application and
     /// migration container gets its files and is told to trust it.
     pub capture_ca: Option<&'a CaptureCa>,
+    /// The environment's database, when it has a branch: every application and migration
+    /// container gets its connection string.
+    pub database: Option<&'a crate::plan::database::Variable>,
 }
 
 /// The role names of instance `index` of `service`.
@@ -83,6 +86,12 @@ pub fn environment_with(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<String>, DockerError> {
     let mut out = environment(service, &at.sidecar_ip.to_string(), at.no_proxy, lookup)?;
+    // A service that sets the variable itself keeps its own value.
+    if let Some(database) = at.database
+        && !service.env.contains_key(&database.name)
+    {
+        out.push(database.assignment());
+    }
     if let Some(ca) = at.capture_ca {
         out.extend(ca.variables(|name| service.env.contains_key(name)));
     }
