@@ -670,6 +670,10 @@ impl Runtime for LocalRuntime {
         let manifest = &environment.manifest;
         let env = &environment.id;
         let (image, images) = self.images(environment, progress).await?;
+        // The database's image is on this machine and its seed readable before anything is made
+        // (AF-RUN-066, AF-RUN-067); the connection string is known before the server runs, so
+        // that instances can be prepared with it while the probe runs.
+        let wanted_database = self.wanted_database(environment).await?;
         let (internal, egress, capture_ca) = self.networks(env, &image, manifest, progress).await?;
         let networks::Addressing {
             layout,
@@ -680,9 +684,6 @@ impl Runtime for LocalRuntime {
             .map_err(RuntimeError::from)?;
         let targets = probe_targets(&self.probe_targets, &layout);
         let no_proxy = af_runtime::no_proxy(manifest.services.keys().map(String::as_str));
-        // The connection string is known before the server runs, so that instances can be
-        // prepared with it while the probe runs.
-        let wanted_database = self.wanted_database(environment).await?;
         let database_variable =
             wanted_database
                 .as_ref()

@@ -46,19 +46,6 @@ async fn container_ids(docker: &bollard::Docker, id: &EnvironmentId) -> Vec<Stri
     ids
 }
 
-fn targets() -> Vec<String> {
-    [
-        ("--public-tcp", "203.0.113.10:443"),
-        ("--public-dns", "203.0.113.10:53"),
-        ("--metadata", "203.0.113.10:80"),
-        ("--metadata-v6", "[2001:db8::10]:80"),
-        ("--timeout-ms", "1500"),
-    ]
-    .into_iter()
-    .flat_map(|(flag, value)| [flag.to_string(), value.to_string()])
-    .collect()
-}
-
 #[tokio::test]
 async fn up_status_and_down_of_a_whole_environment() {
     let (docker, image) = support::daemon_and_engine().await;
@@ -72,7 +59,7 @@ async fn up_status_and_down_of_a_whole_environment() {
     )
     .unwrap();
     let id = EnvironmentId::derive("aftest", &format!("up-{}", std::process::id()));
-    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let runtime = LocalRuntime::new(docker.clone(), support::unanswered_targets());
     let progress = Collect(Default::default());
     let environment = Environment {
         id: id.clone(),
@@ -231,7 +218,7 @@ async fn services_are_built_from_their_context_and_a_failed_build_names_the_serv
         )
         .unwrap()
     };
-    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let runtime = LocalRuntime::new(docker.clone(), support::unanswered_targets());
     let progress = Collect(Default::default());
 
     let good = EnvironmentId::derive("aftest", &format!("build-{}", std::process::id()));
@@ -294,7 +281,7 @@ async fn migrations_run_once_first_and_a_failure_stops_up() {
         )
         .unwrap()
     };
-    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let runtime = LocalRuntime::new(docker.clone(), support::unanswered_targets());
     let migrations = |progress: &Collect| {
         progress
             .0
@@ -392,7 +379,7 @@ async fn a_cron_service_runs_on_its_schedule_and_down_removes_its_volume() {
     )
     .unwrap();
     let id = EnvironmentId::derive("aftest", &format!("cron-{}", std::process::id()));
-    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let runtime = LocalRuntime::new(docker.clone(), support::unanswered_targets());
     let progress = Collect(Default::default());
     let up = runtime
         .up(
@@ -463,7 +450,7 @@ async fn a_service_that_exits_before_its_port_opens_is_its_own_failure() {
         manifest,
         manifest_dir: ".".into(),
     };
-    let runtime = LocalRuntime::new(docker.clone(), targets());
+    let runtime = LocalRuntime::new(docker.clone(), support::unanswered_targets());
     let up = runtime.up(&environment, &Collect(Default::default())).await;
     runtime
         .down(&id, &Collect(Default::default()))

@@ -123,3 +123,45 @@ impl Drop for Teardown {
         .unwrap();
     }
 }
+
+/// The database image (`database.image`) the tests run: `AF_DB_IMAGE`, which `.ci/test` sets from
+/// `scripts/build-db-image`; elsewhere that script is run once here (it caches by content). No
+/// registry is reachable, so the official image cannot be had; this one takes its contract.
+pub fn db_image() -> String {
+    static IMAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            if let Ok(image) = std::env::var("AF_DB_IMAGE") {
+                return image;
+            }
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../scripts/build-db-image");
+            let output = std::process::Command::new(&script)
+                .output()
+                .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+            assert!(
+                output.status.success(),
+                "the database image could not be built ({}): {}\nrun `bash .ci/install` (debootstrap, as root) or set AF_DB_IMAGE to a PostgreSQL image on this machine",
+                script.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8_lossy(&output.stdout).trim().to_string()
+        })
+        .clone()
+}
+
+/// The probe's and the gates' routes pointed at TEST-NET addresses nothing on this machine answers
+/// (refused inside a service's namespace), and a short timeout: for tests whose subject is not the
+/// probe.
+pub fn unanswered_targets() -> Vec<String> {
+    [
+        ("--public-tcp", "203.0.113.10:443"),
+        ("--public-dns", "203.0.113.10:53"),
+        ("--metadata", "203.0.113.10:80"),
+        ("--metadata-v6", "[2001:db8::10]:80"),
+        ("--timeout-ms", "1500"),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_string(), value.to_string()])
+    .collect()
+}

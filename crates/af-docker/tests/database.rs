@@ -1,0 +1,469 @@
+//! `database: {provider: container}` on the real daemon: each environment's branch made from the
+//! seed's template, reached by its services (and its migration) with the connection string af
+//! hands them, as a role that owns the branch and is not a superuser; `af db reset`; two
+//! environments' branches apart; the server reached from nothing outside its environment, judged
+//! where the connection would land — the server's own log of every connection it received —
+//! beside a positive control from the environment's own service; what a seed or a missing image
+//! does; and `down` taking the server and its data, not the template.
+//!
+//! The service is the database image itself running `sleep`, so the tests reach the branch with
+//! its psql, from inside the service's pod.
+
+mod support;
+
+use af_docker::{LocalRuntime, one_shot};
+use af_manifest::EnvironmentId;
+use af_runtime::{Environment, ProgressEvent, ProgressSink, RunCode, Runtime};
+use bollard::Docker;
+
+struct Quiet;
+
+impl ProgressSink for Quiet {
+    fn emit(&self, _: ProgressEvent) {}
+}
+
+const SEED: &str = "CREATE TABLE orders (id serial PRIMARY KEY, item text NOT NULL);\nINSERT INTO orders (item) VALUES ('seeded');\n";
+
+/// A folder with the seed and a manifest whose service `api` is the database image sleeping (its
+/// psql is the tests' client) and whose migration makes a table in the branch.
+fn manifest_dir(tag: &str, seed: &str, image: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("af-db-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("seed.sql"), seed).unwrap();
+    std::fs::write(
+        dir.join("af.yaml"),
+        format!(
+            "name: afdb\nruntime: {{provider: local}}\nservices:\n  api:\n    image: {db}\n    command: [sleep, infinity]\n    migrate: [sh, -c, 'psql \"$DATABASE_URL\" -q -c \"CREATE TABLE IF NOT EXISTS migrated (x int)\"']\ndatabase:\n  provider: container\n  image: {image}\n  seed: seed.sql\n",
+            db = support::db_image(),
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn environment(dir: &std::path::Path, name: &str) -> Environment {
+    Environment {
+        id: EnvironmentId::derive("afdb", &format!("{name}-{}", std::process::id())),
+        manifest: af_manifest::load(dir.join("af.yaml")).unwrap(),
+        manifest_dir: dir.to_path_buf(),
+    }
+}
+
+/// psql in `container` (a service's application container, or any container with psql) with the
+/// service's own connection string, or `target` when given; (status, output).
+async fn psql(docker: &Docker, container: &str, target: Option<&str>, sql: &str) -> (i64, String) {
+    let connect = target.map_or_else(|| "\"$DATABASE_URL\"".to_string(), str::to_string);
+    let script = format!("psql {connect} -X -q -At -v ON_ERROR_STOP=1 -f - 2>&1");
+    let ran = one_shot::exec(
+        docker,
+        container,
+        "postgres",
+        vec!["sh".into(), "-c".into(), script],
+        sql.as_bytes().to_vec(),
+    )
+    .await
+    .unwrap();
+    (ran.exit_code, ran.stdout.trim().to_string())
+}
+
+/// [`psql`] with the service's own connection string, which must succeed: what it printed.
+async fn answer(docker: &Docker, container: &str, sql: &str) -> String {
+    let (status, said) = psql(docker, container, None, sql).await;
+    assert_eq!(status, 0, "{sql} in {container}: {said}");
+    said
+}
+
+async fn inspect(docker: &Docker, container: &str) -> bollard::models::ContainerInspectResponse {
+    docker
+        .inspect_container(
+            container,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("inspecting {container}: {e}"))
+}
+
+async fn address_of(docker: &Docker, container: &str, network: &str) -> String {
+    inspect(docker, container)
+        .await
+        .network_settings
+        .and_then(|n| n.networks)
+        .and_then(|mut n| n.remove(network))
+        .and_then(|e| e.ip_address)
+        .unwrap_or_else(|| panic!("{container} has no address on {network}"))
+}
+
+/// The addresses the server logged a connection from (`log_connections`): where the tests judge
+/// who reached it.
+async fn arrivals(docker: &Docker, server: &str) -> Vec<String> {
+    af_docker::service::last_log_lines(docker, server, 100_000)
+        .await
+        .lines()
+        .filter_map(|line| line.split("connection received: host=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Two environments of one manifest (with the seed), both up, removed when the test ends.
+struct TwoUp {
+    docker: Docker,
+    runtime: LocalRuntime,
+    dir: std::path::PathBuf,
+    one: Environment,
+    two: Environment,
+    _cleanup: (support::Teardown, support::Teardown),
+}
+
+async fn two_environments_up(tag: &str, names: [&str; 2]) -> TwoUp {
+    let (docker, _) = support::daemon_and_engine().await;
+    let dir = manifest_dir(tag, SEED, &support::db_image());
+    let (one, two) = (environment(&dir, names[0]), environment(&dir, names[1]));
+    let _cleanup = (
+        support::Teardown(docker.clone(), one.id.clone()),
+        support::Teardown(docker.clone(), two.id.clone()),
+    );
+    let runtime = LocalRuntime::new(docker.clone(), support::unanswered_targets());
+    for env in [&one, &two] {
+        runtime
+            .up(env, &Quiet)
+            .await
+            .unwrap_or_else(|e| panic!("up of {}: {e}", env.id));
+    }
+    TwoUp {
+        docker,
+        runtime,
+        dir,
+        one,
+        two,
+        _cleanup,
+    }
+}
+
+/// A label of `container`, which it must have.
+async fn label_of(docker: &Docker, container: &str, label: &str) -> String {
+    inspect(docker, container)
+        .await
+        .config
+        .and_then(|c| c.labels)
+        .and_then(|mut l| l.remove(label))
+        .unwrap_or_else(|| panic!("{container} has no label {label}"))
+}
+
+#[tokio::test]
+async fn each_environment_gets_its_own_branch_from_the_seed_and_reset_makes_it_fresh_again() {
+    let TwoUp {
+        docker,
+        runtime,
+        dir,
+        one,
+        two,
+        _cleanup,
+    } = two_environments_up("branches", ["one", "two"]).await;
+    let api = |env: &Environment| format!("af-{}-api-0", env.id);
+
+    // The seed's row and the migration's table are in each branch.
+    assert_eq!(
+        answer(&docker, &api(&one), "SELECT item FROM orders;").await,
+        "seeded"
+    );
+    assert_eq!(
+        answer(&docker, &api(&one), "SELECT count(*) FROM migrated;").await,
+        "0",
+        "the migration ran against the branch"
+    );
+    // An order in one environment is not in the other's branch.
+    assert_eq!(
+        answer(
+            &docker,
+            &api(&one),
+            "INSERT INTO orders (item) VALUES ('one''s'); SELECT count(*) FROM orders;"
+        )
+        .await,
+        "2"
+    );
+    assert_eq!(
+        answer(&docker, &api(&two), "SELECT count(*) FROM orders;").await,
+        "1"
+    );
+
+    // The services' role owns its branch and is no superuser: it makes tables, and cannot run a
+    // program in the server's container.
+    assert_eq!(
+        answer(
+            &docker,
+            &api(&one),
+            "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user;"
+        )
+        .await,
+        "app|f"
+    );
+    let (status, said) = psql(
+        &docker,
+        &api(&one),
+        None,
+        "COPY (SELECT 1) TO PROGRAM 'id';",
+    )
+    .await;
+    assert!(
+        status != 0 && said.contains("pg_execute_server_program"),
+        "{said}"
+    );
+
+    // af status names the branch and its size; the connection string is in no status.
+    let status = runtime.status(&one.id).await.unwrap();
+    let database = status.database.clone().expect("a database in the status");
+    assert_eq!(database.branch, one.id.as_str().replace('-', "_"));
+    assert!(database.running);
+    assert!(database.size_bytes.unwrap_or(0) > 1 << 20, "{database:?}");
+    let password = label_of(
+        &docker,
+        &format!("af-{}-database", one.id),
+        "dev.antifailure.database-password",
+    )
+    .await;
+    assert!(!serde_json::to_string(&status).unwrap().contains(&password));
+
+    // af db psql runs as the branch's owner through the container.
+    let shell = runtime
+        .database_shell(
+            &one.id,
+            &["-At".to_string()],
+            b"SELECT count(*) FROM orders;".to_vec(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((shell.exit_code, shell.stdout.trim()), (0, "2"));
+
+    // af db reset: back to the seed, while the service stays connected to the same string.
+    runtime.reset_database(&one.id).await.unwrap();
+    assert_eq!(
+        answer(&docker, &api(&one), "SELECT item FROM orders;").await,
+        "seeded"
+    );
+
+    // A second up changes nothing: the same password, the same server, the same data.
+    answer(
+        &docker,
+        &api(&one),
+        "INSERT INTO orders (item) VALUES ('kept');",
+    )
+    .await;
+    let again = runtime.up(&one, &Quiet).await.unwrap();
+    assert!(again.unchanged, "a second up keeps the database as it runs");
+    assert_eq!(
+        answer(&docker, &api(&one), "SELECT count(*) FROM orders;").await,
+        "2"
+    );
+
+    // down takes the server and its data volume; the template stays for the next environment.
+    runtime.down(&one.id, &Quiet).await.unwrap();
+    let left = af_docker::teardown::volumes(&docker, &one.id)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(
+        docker
+            .inspect_container(
+                &format!("af-{}-database", one.id),
+                None::<bollard::query_parameters::InspectContainerOptions>
+            )
+            .await
+            .is_err()
+    );
+    let template = label_of(
+        &docker,
+        &format!("af-{}-database", two.id),
+        "dev.antifailure.database-template",
+    )
+    .await;
+    assert!(docker.inspect_volume(&template).await.is_ok());
+    runtime.down(&two.id, &Quiet).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A container of the test's own on `network`, with psql (the database image, sleeping).
+struct Client {
+    docker: Docker,
+    name: String,
+}
+
+impl Client {
+    async fn on(docker: &Docker, name: &str, network: &str) -> Client {
+        let _ = one_shot::remove(docker, name).await;
+        one_shot::create_and_start(
+            docker,
+            name,
+            bollard::models::ContainerCreateBody {
+                image: Some(support::db_image()),
+                user: Some("postgres".into()),
+                cmd: Some(vec!["sleep".into(), "infinity".into()]),
+                host_config: Some(bollard::models::HostConfig {
+                    network_mode: Some(network.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            &[],
+        )
+        .await
+        .unwrap();
+        Client {
+            docker: docker.clone(),
+            name: name.to_string(),
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let (docker, name) = (self.docker.clone(), self.name.clone());
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async { one_shot::remove(&docker, &name).await })
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_branch_answers_its_own_services_and_nothing_outside_its_environment() {
+    let TwoUp {
+        docker,
+        runtime: _runtime,
+        dir,
+        one: ours,
+        two: theirs,
+        _cleanup,
+    } = two_environments_up("reach", ["ours", "theirs"]).await;
+    let server = format!("af-{}-database", ours.id);
+    let internal = af_docker::names::internal_network(&ours.id);
+    let server_ip = address_of(&docker, &server, &internal).await;
+    let our_api = format!("af-{}-api-0", ours.id);
+    let our_holder = format!("af-{}-api-0-holder", ours.id);
+    let our_api_ip = address_of(&docker, &our_holder, &internal).await;
+    // Every attempt names the server by address, with the password: only the network stands in
+    // the way.
+    let password = label_of(&docker, &server, "dev.antifailure.database-password").await;
+    let target = format!(
+        "'postgres://app:{password}@{server_ip}:5432/{}?connect_timeout=3'",
+        ours.id.as_str().replace('-', "_")
+    );
+
+    // The positive control: our own service, by the same address, is answered and logged.
+    assert_eq!(
+        psql(&docker, &our_api, Some(&target), "SELECT 'reached';").await,
+        (0, "reached".to_string())
+    );
+    let logged = arrivals(&docker, &server).await;
+    assert!(logged.contains(&our_api_ip), "{logged:?} from {our_api_ip}");
+    // What keeps everything else out: the server is on its environment's internal network alone
+    // and publishes no port on the host.
+    let inspected = inspect(&docker, &server).await;
+    let networks: Vec<String> = inspected
+        .network_settings
+        .and_then(|n| n.networks)
+        .unwrap_or_default()
+        .into_keys()
+        .collect();
+    assert_eq!(networks, std::slice::from_ref(&internal));
+    let published = inspected.host_config.and_then(|h| h.port_bindings);
+    assert!(
+        published.as_ref().is_none_or(|p| p.is_empty()),
+        "{published:?}"
+    );
+
+    // Another environment's service.
+    let their_api = format!("af-{}-api-0", theirs.id);
+    let their_ip = address_of(
+        &docker,
+        &format!("af-{}-api-0-holder", theirs.id),
+        &af_docker::names::internal_network(&theirs.id),
+    )
+    .await;
+    let (status, said) = psql(&docker, &their_api, Some(&target), "SELECT 'reached';").await;
+    assert_ne!(status, 0, "another environment reached our branch: {said}");
+
+    // A container on the daemon's default network, and one on a network of its own: the host's
+    // other networks, with no refusal rules of af's in the way.
+    let bridge = Client::on(
+        &docker,
+        &format!("afdb-bridge-{}", std::process::id()),
+        "bridge",
+    )
+    .await;
+    let (status, said) = psql(&docker, &bridge.name, Some(&target), "SELECT 'reached';").await;
+    assert_ne!(status, 0, "the default network reached our branch: {said}");
+    let network = format!("afdb-net-{}", std::process::id());
+    let _ = docker
+        .create_network(bollard::models::NetworkCreateRequest {
+            name: network.clone(),
+            ..Default::default()
+        })
+        .await;
+    let other = Client::on(
+        &docker,
+        &format!("afdb-other-{}", std::process::id()),
+        &network,
+    )
+    .await;
+    let (status, said) = psql(&docker, &other.name, Some(&target), "SELECT 'reached';").await;
+    let other_ip = address_of(&docker, &other.name, &network).await;
+    let bridge_ip = address_of(&docker, &bridge.name, "bridge").await;
+    drop((bridge, other));
+    let _ = docker.remove_network(&network).await;
+    assert_ne!(status, 0, "another network reached our branch: {said}");
+
+    // Judged where it would have landed: the server logged none of them.
+    let logged = arrivals(&docker, &server).await;
+    for stranger in [&their_ip, &bridge_ip, &other_ip] {
+        assert!(
+            !logged.contains(stranger),
+            "{stranger} reached the server: {logged:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_failing_seed_and_a_missing_image_stop_up_with_their_codes_and_leave_no_template() {
+    let (docker, _) = support::daemon_and_engine().await;
+    let runtime = LocalRuntime::new(docker.clone(), support::unanswered_targets());
+
+    let broken = "CREATE TABLE t (x int);\nINSERT INTO nowhere VALUES (1);\n";
+    let dir = manifest_dir("seed", broken, &support::db_image());
+    let env = environment(&dir, "seed");
+    let _cleanup = support::Teardown(docker.clone(), env.id.clone());
+    let err = runtime.up(&env, &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::SeedFailed, "{err}");
+    assert!(
+        err.to_string().contains("seed.sql") && err.to_string().contains("nowhere"),
+        "{err}"
+    );
+    let image = af_docker::database::image(&docker, &support::db_image())
+        .await
+        .unwrap();
+    let template = af_docker::plan::database::template_volume(&image.id, broken.as_bytes());
+    assert!(
+        docker.inspect_volume(&template).await.is_err(),
+        "a failed template is not kept"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let dir = manifest_dir("image", SEED, "af-test-no-such-image:never");
+    let env = environment(&dir, "image");
+    let _cleanup = support::Teardown(docker.clone(), env.id.clone());
+    let err = runtime.up(&env, &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::DatabaseImageMissing, "{err}");
+    assert!(err.help().contains("database.image"), "{}", err.help());
+    let made = af_docker::teardown::containers(&docker, &env.id)
+        .await
+        .unwrap();
+    assert!(made.is_empty(), "nothing is started: {made:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
