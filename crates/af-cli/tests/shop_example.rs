@@ -1,7 +1,9 @@
 //! The example of the README, `examples/shop`, as a person uses it, against the real Docker daemon:
 //! `af up` brings every service ready, the storefront answers on its URL, an order's payment call
-//! and confirmation mail are captured (`af net log`, `af inbox`), a payments webhook reaches the
-//! storefront (`af webhook trigger`), and `af down` leaves no labelled object behind.
+//! and confirmation mail are captured (`af net log`, `af inbox`), the order is a row of the
+//! environment's database branch (`af db psql`) and not of a second environment's, `af db reset`
+//! takes the branch back to the seed, a payments webhook reaches the storefront (`af webhook
+//! trigger`), and `af down` leaves no labelled object behind.
 //!
 //! The images carry the shop's static binary: `examples/shop/build` (which `.ci/test` runs) puts it
 //! in the build context. Every probe target is a TEST-NET address nothing answers.
@@ -70,13 +72,35 @@ fn the_shop_comes_up_takes_an_order_and_goes_away() {
     let dir = repo().join("examples/shop");
     let env = format!("shop-{}", std::process::id());
     let id = af_manifest::EnvironmentId::derive("shop", &env);
-    let af = |args: &[&str]| {
+    let other_env = format!("shop-{}-other", std::process::id());
+    let other_id = af_manifest::EnvironmentId::derive("shop", &other_env);
+    let af_in = |env: &str, args: &[&str], input: &str| {
+        // `--env` before psql's own arguments (after `--`), if any.
         let mut all = args.to_vec();
-        all.extend(["--env", &env]);
-        af_command(&dir, &all)
+        let at = all.iter().position(|a| *a == "--").unwrap_or(all.len());
+        all.splice(at..at, ["--env", env]);
+        let mut child = af_command(&dir, &all)
             .env("SHOP_PAYMENTS_TEST_KEY", "sk_test_conformance")
-            .output()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
             .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let af = |args: &[&str]| af_in(&env, args, "");
+    let orders_in = |env: &str| {
+        af_in(
+            env,
+            &["db", "psql", "--", "-At"],
+            "SELECT item || ' for ' || email FROM orders ORDER BY id;",
+        )
     };
 
     let up = af(&["up"]);
@@ -103,6 +127,15 @@ fn the_shop_comes_up_takes_an_order_and_goes_away() {
         ),
         None => ((0, String::new()), (0, String::new())),
     };
+    // The order is a row of this environment's branch; a second environment starts from the
+    // seed, with a branch of its own; a reset takes this one back to the seed.
+    let rows = orders_in(&env);
+    let other_up = af_in(&other_env, &["up"], "");
+    let other_rows = orders_in(&other_env);
+    let other_down = af_in(&other_env, &["down"], "");
+    let reset = af(&["db", "reset"]);
+    let after_reset = orders_in(&env);
+    let listed_after_reset = url.as_ref().map(|url| http("GET", url, "/orders", ""));
     let captured = af(&["--json", "net", "log", "--verdict", "capture"]);
     let inbox = af(&["--json", "inbox"]);
     let webhook = af(&[
@@ -116,6 +149,7 @@ fn the_shop_comes_up_takes_an_order_and_goes_away() {
     ]);
     let down = af(&["down"]);
     let left = objects_of(&id);
+    let other_left = objects_of(&other_id);
 
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
     assert!(
@@ -132,13 +166,52 @@ fn the_shop_comes_up_takes_an_order_and_goes_away() {
 
     assert_eq!(front.0, 200, "{}", front.1);
     assert!(front.1.contains("<h1>Shop</h1>"), "{}", front.1);
-    // The order went web → worker (the migration made its table) → payments API over https
-    // (captured behind the environment's capture CA, which the worker trusted: its canned answer
-    // came back) → mail (captured).
+    // The order went web → worker → payments API over https (captured behind the environment's
+    // capture CA, which the worker trusted: its canned answer came back) → mail (captured) → the
+    // branch.
     assert_eq!(order.0, 201, "{}", order.1);
     let order: serde_json::Value = serde_json::from_str(&order.1).unwrap();
     assert_eq!(order["payment"]["id"], "ch_twin", "{order}");
     assert_eq!(order["confirmation"], "sent", "{order}");
+
+    assert_eq!(rows.status.code(), Some(0), "{}", text(&rows));
+    assert_eq!(
+        String::from_utf8_lossy(&rows.stdout).trim(),
+        "green tea for ana@example.com",
+        "the order is in the branch"
+    );
+    let database = &status["database"];
+    assert_eq!(
+        database["branch"],
+        id.as_str().replace('-', "_"),
+        "{status}"
+    );
+    assert_eq!(database["running"], true, "{status}");
+    assert_eq!(other_up.status.code(), Some(0), "{}", text(&other_up));
+    assert_eq!(other_rows.status.code(), Some(0), "{}", text(&other_rows));
+    assert_eq!(
+        String::from_utf8_lossy(&other_rows.stdout).trim(),
+        "",
+        "the second environment's branch has only the seed"
+    );
+    assert_eq!(other_down.status.code(), Some(0), "{}", text(&other_down));
+    assert_eq!(other_left, Vec::<String>::new());
+    assert_eq!(reset.status.code(), Some(0), "{}", text(&reset));
+    assert_eq!(
+        (
+            after_reset.status.code(),
+            String::from_utf8_lossy(&after_reset.stdout)
+                .trim()
+                .to_string()
+        ),
+        (Some(0), String::new()),
+        "reset: the seed's branch again"
+    );
+    assert_eq!(
+        listed_after_reset.map(|(status, body)| (status, body.trim().to_string())),
+        Some((200, "[]".to_string())),
+        "the worker reads the fresh branch"
+    );
 
     assert_eq!(captured.status.code(), Some(0), "{}", text(&captured));
     let captured = json_lines(&captured);

@@ -1021,7 +1021,8 @@ mod tests {
             [
                 Capability::CronSchedules,
                 Capability::Migrations,
-                Capability::HealthPaths
+                Capability::HealthPaths,
+                Capability::ContainerDatabase
             ]
         );
         let with_database = af_manifest::parse(

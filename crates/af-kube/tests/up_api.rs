@@ -298,6 +298,23 @@ async fn a_container_database_or_a_build_context_is_af_run_044() {
         "{err}"
     );
     assert_eq!(writes(&fake), Vec::<String>::new());
+
+    // The shop as it is, with its database branch: refused before anything is written.
+    let mut with_database = environment();
+    with_database.manifest.database = af_manifest::load(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/shop/af.yaml"),
+    )
+    .unwrap()
+    .database;
+    assert!(with_database.manifest.database.is_some());
+    let err = runtime(&fake).up(&with_database, &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::Unsupported);
+    assert!(
+        err.to_string()
+            .contains("the kubernetes runtime does not support a database branch in a container"),
+        "{err}"
+    );
+    assert_eq!(writes(&fake), Vec::<String>::new());
 }
 
 /// Builds nothing for real: says what it was asked.

@@ -73,7 +73,15 @@ fn the_shop_example_is_valid_and_means_what_it_says() {
         CannedResponse::default()
     );
     assert_eq!(manifest.egress.mail, MailPolicy::Capture);
-    assert!(manifest.database.is_none());
+    let database = manifest.database.as_ref().expect("the shop has a database");
+    assert_eq!(database.env, "DATABASE_URL");
+    assert_eq!(
+        database.provider,
+        af_manifest::DatabaseProvider::Container {
+            image: "af-postgres:latest".into(),
+            seed: Some("db/seed.sql".into()),
+        }
+    );
 
     let order: Vec<&str> = manifest
         .services_in_start_order()

@@ -22,11 +22,14 @@ pub fn capture_ca() -> CaptureCaPem {
     }
 }
 
-/// The shop example, read as `af` reads it, with the provider set to Kubernetes.
+/// The shop example, read as `af` reads it, with the provider set to Kubernetes and without its
+/// database: a branch in a container is the local runtime's (AF-RUN-044 here, which
+/// `a_container_database_or_a_build_context_is_af_run_044` asks for on purpose).
 pub fn shop() -> Manifest {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/shop/af.yaml");
     let mut manifest = af_manifest::load(&path).unwrap();
     manifest.runtime.provider = af_manifest::Provider::Kubernetes;
+    manifest.database = None;
     manifest
 }
 

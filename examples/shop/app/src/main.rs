@@ -1,15 +1,15 @@
 //! The example shop (examples/shop): one static binary, four roles.
 //!
 //! - `shop web [--listen ADDR]`: the storefront (`WORKER_URL` names the worker).
-//! - `shop worker [--listen ADDR]`: orders, payments (`PAYMENTS_URL`, `PAYMENTS_API_KEY`) and
-//!   confirmation mail (`SMTP_HOST`, `SMTP_PORT`).
-//! - `shop migrate`: creates the order table in the worker (`WORKER_URL`); the web service's
-//!   migration.
+//! - `shop worker [--listen ADDR]`: orders in PostgreSQL (`DATABASE_URL`), payments
+//!   (`PAYMENTS_URL`, `PAYMENTS_API_KEY`) and confirmation mail (`SMTP_HOST`, `SMTP_PORT`).
+//! - `shop migrate`: the web service's migration, applied to the database (`DATABASE_URL`) once.
 //! - `shop report`: posts the number of orders to `REPORT_URL`; the cron job.
 
 mod form;
 mod http;
 mod smtp;
+mod store;
 mod tls;
 mod web;
 mod worker;
@@ -45,29 +45,22 @@ fn run(args: &[String]) -> Result<(), String> {
             .map_err(|err| err.to_string())
         }
         Some("worker") => {
-            let worker = worker::Worker::new(worker::Settings {
-                payments_url: setting("PAYMENTS_URL")?,
-                payments_key: setting("PAYMENTS_API_KEY")?,
-                smtp_server: format!("{}:{}", setting("SMTP_HOST")?, setting("SMTP_PORT")?),
-            });
+            let worker = worker::Worker::new(
+                worker::Settings {
+                    payments_url: setting("PAYMENTS_URL")?,
+                    payments_key: setting("PAYMENTS_API_KEY")?,
+                    smtp_server: format!("{}:{}", setting("SMTP_HOST")?, setting("SMTP_PORT")?),
+                },
+                store::Store::new(setting("DATABASE_URL")?),
+            );
             http::serve(&listen_address(args, "0.0.0.0:9090"), move |r| {
                 worker.handle(r)
             })
             .map_err(|err| err.to_string())
         }
         Some("migrate") => {
-            let url = format!(
-                "{}/migrations/{}",
-                setting("WORKER_URL")?,
-                worker::ORDERS_MIGRATION
-            );
-            match http::send("POST", &url, &[], "")? {
-                (200 | 201, body) => {
-                    print!("migration {}: {body}", worker::ORDERS_MIGRATION);
-                    Ok(())
-                }
-                (status, body) => Err(format!("POST {url} answered {status}: {body}")),
-            }
+            println!("{}", store::migrate(&setting("DATABASE_URL")?)?);
+            Ok(())
         }
         Some("report") => {
             let orders = format!("{}/orders", setting("WORKER_URL")?);
