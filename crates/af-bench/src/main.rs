@@ -24,6 +24,7 @@
 
 mod api;
 mod bare_hyper;
+mod branch;
 mod cpu;
 mod dnsload;
 mod least_relay;
@@ -118,6 +119,22 @@ enum Command {
         /// The `af` binary (default: the one next to this binary).
         #[arg(long)]
         af: Option<std::path::PathBuf>,
+        /// Also a database of this image in both stacks (af's branch; compose's `db` service).
+        #[arg(long, value_name = "IMAGE")]
+        database: Option<String>,
+    },
+    /// A new environment's database branch against the seed applied afresh (`af db reset`, and
+    /// a new environment's server against one made from nothing).
+    Branch {
+        /// The database image (scripts/build-db-image makes af-postgres).
+        #[arg(long, default_value = "af-postgres:latest")]
+        image: String,
+        /// The generated seed's size, in megabytes of SQL.
+        #[arg(long, default_value_t = 10)]
+        seed_mb: usize,
+        /// Measured rounds (after one warm-up round).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
     },
     /// afe: tickets through `afe worker` processes against the store alone; pickup latency.
     Tickets {
@@ -299,6 +316,7 @@ fn main() -> Result<()> {
             services,
             rounds,
             af,
+            database,
         } => {
             let af = match af {
                 Some(af) => af,
@@ -308,8 +326,17 @@ fn main() -> Result<()> {
                 let docker = af_docker::connect().await?;
                 Ok::<_, anyhow::Error>(af_docker::engine_image::ensure(&docker).await?)
             })?;
-            up::run(&af, &image, services, rounds)
+            up::run(&af, &image, services, rounds, database.as_deref())
         }
+        Command::Branch {
+            image,
+            seed_mb,
+            rounds,
+        } => runtime.block_on(branch::run(branch::Options {
+            image,
+            seed_mb,
+            rounds: rounds.max(1),
+        })),
         Command::Dns { seconds, sidecar } => {
             let sidecar = proxies::sidecar_binary(sidecar.path)?;
             let _world = world::World::create(None)?;

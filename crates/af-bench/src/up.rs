@@ -1,5 +1,8 @@
 //! `af-bench up`: `af up` + `af down` against `docker compose up` + `down` of the same services
-//! (same images, same memory limits, no containment), timed in the same run.
+//! (same images, same memory limits, no containment), timed in the same run. With `--database`,
+//! both stacks also have a PostgreSQL server of the same image: af's environment its branch (a
+//! copy of the template, then the branch made), compose's a `db` service, its `up` timed until the
+//! server accepts connections (what af's `up` waits for).
 //!
 //! Every service is the engine image serving as a proxy, so nothing is pulled. The probe's targets
 //! are TEST-NET addresses nothing answers: the benchmark sends nothing off the machine.
@@ -21,27 +24,41 @@ const PROBE_TARGETS: [(&str, &str); 4] = [
     ("AF_PROBE_METADATA_V6", "[2001:db8::10]:80"),
 ];
 
-/// The manifest of `services` engine services.
-pub fn manifest(image: &str, services: usize) -> String {
+/// The manifest of `services` engine services, and a database of `database` (an image) when
+/// given.
+pub fn manifest(image: &str, services: usize, database: Option<&str>) -> String {
     let mut text = String::from("name: afbench\nruntime: {provider: local}\nservices:\n");
     for n in 1..=services {
         text.push_str(&format!(
             "  s{n}:\n    image: {image}\n    args: [serve]\n    port: 8080\n    resources: {{memory: 32Mi}}\n    env:\n      AF_PROXY_CONFIG_TEXT: \"{SERVICE_CONFIG}\"\n"
         ));
     }
+    if let Some(database) = database {
+        text.push_str(&format!(
+            "database:\n  provider: container\n  image: {database}\n"
+        ));
+    }
     text
 }
 
-/// The compose file of the same services.
-pub fn compose_file(image: &str, services: usize) -> String {
+/// The compose file of the same services (and database).
+pub fn compose_file(image: &str, services: usize, database: Option<&str>) -> String {
     let mut text = String::from("services:\n");
     for n in 1..=services {
         text.push_str(&format!(
             "  s{n}:\n    image: {image}\n    command: [serve]\n    mem_limit: 32m\n    environment:\n      AF_PROXY_CONFIG_TEXT: \"{SERVICE_CONFIG}\"\n"
         ));
     }
+    if let Some(database) = database {
+        text.push_str(&format!(
+            "  {COMPOSE_DATABASE}:\n    image: {database}\n    user: postgres\n    environment:\n      POSTGRES_PASSWORD: bench\n"
+        ));
+    }
     text
 }
+
+/// The compose stack's database service.
+const COMPOSE_DATABASE: &str = "db";
 
 /// How compose is run here: the v2 plugin waits with `--wait`; v1 (`docker-compose`) has no
 /// `--wait`, and `up -d` returns once every container runs — what `--wait` waits for when no
@@ -129,11 +146,39 @@ fn compose_command(compose: &Compose, dir: &Path, args: &[&str]) -> Command {
     command
 }
 
-fn one_round(af: &Path, compose: &Compose, dir: &Path) -> Result<Round> {
+/// Waits until the compose stack's database accepts connections over TCP, as af's `up` does.
+fn wait_for_compose_database(compose: &Compose, dir: &Path) -> Result<()> {
+    let (_, ps) = timed(compose_command(
+        compose,
+        dir,
+        &["ps", "-q", COMPOSE_DATABASE],
+    ))?;
+    let container = String::from_utf8_lossy(&ps.stdout).trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        let ready = Command::new("docker")
+            .args(["exec", &container, "pg_isready", "-q", "-h", "127.0.0.1"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ready {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("compose's database {container} did not accept connections within 120 s")
+}
+
+fn one_round(af: &Path, compose: &Compose, dir: &Path, database: bool) -> Result<Round> {
     let (af_up, up) = timed(af_command(af, dir, &["up", "--env", "bench"]))?;
     let (af_down, _) = timed(af_command(af, dir, &["down", "--env", "bench"]))?;
-    let (compose_up, _) = timed(compose_command(compose, dir, compose.up))?;
-    let (compose_down, _) = timed(compose_command(compose, dir, &["down"]))?;
+    let started = Instant::now();
+    timed(compose_command(compose, dir, compose.up))?;
+    if database {
+        wait_for_compose_database(compose, dir)?;
+    }
+    let compose_up = started.elapsed();
+    // `-v`: the database's data volume goes too, as af's does.
+    let (compose_down, _) = timed(compose_command(compose, dir, &["down", "-v"]))?;
     Ok(Round {
         af_up,
         af_down,
@@ -148,15 +193,26 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-pub fn run(af: &Path, image: &str, services: usize, rounds: usize) -> Result<()> {
+pub fn run(
+    af: &Path,
+    image: &str,
+    services: usize,
+    rounds: usize,
+    database: Option<&str>,
+) -> Result<()> {
     let compose = find_compose()?;
     let dir: PathBuf = std::env::temp_dir().join(format!("af-bench-up-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("af.yaml"), manifest(image, services))?;
+    std::fs::write(dir.join("af.yaml"), manifest(image, services, database))?;
     std::fs::write(
         dir.join("docker-compose.yml"),
-        compose_file(image, services),
+        compose_file(image, services, database),
     )?;
+    if let Some(database) = database {
+        println!(
+            "with a database: {database} (af: the environment's branch; compose: a db service, up timed until it accepts connections)"
+        );
+    }
     println!(
         "af-bench up: {services} services, {rounds} rounds after one warm-up; baseline `{} {}` + `down`",
         compose.program,
@@ -173,10 +229,10 @@ pub fn run(af: &Path, image: &str, services: usize, rounds: usize) -> Result<()>
         "round", "af up s", "af down", "compose up", "compose dn", "probe s", "up ratio"
     );
     let result = (|| {
-        one_round(af, &compose, &dir)?;
+        one_round(af, &compose, &dir, database.is_some())?;
         let mut measured = Vec::new();
         for n in 1..=rounds {
-            let round = one_round(af, &compose, &dir)?;
+            let round = one_round(af, &compose, &dir, database.is_some())?;
             println!(
                 "{n:>5} {:>9.2} {:>9.2} {:>11.2} {:>11.2} {:>8} {:>8.2}",
                 round.af_up.as_secs_f64(),
@@ -192,7 +248,7 @@ pub fn run(af: &Path, image: &str, services: usize, rounds: usize) -> Result<()>
     })();
     // Leave nothing behind, whatever happened.
     let _ = af_command(af, &dir, &["down", "--env", "bench"]).output();
-    let _ = compose_command(&compose, &dir, &["down"]).output();
+    let _ = compose_command(&compose, &dir, &["down", "-v"]).output();
     let _ = std::fs::remove_dir_all(&dir);
     let measured = result?;
 
@@ -227,8 +283,12 @@ mod tests {
 
     #[test]
     fn the_manifest_and_the_compose_file_name_the_same_services() {
-        let manifest = manifest("img:1", 2);
-        let compose = compose_file("img:1", 2);
+        let with_database = manifest("img:1", 1, Some("pg:1"));
+        let parsed = af_manifest::parse(&with_database, "af.yaml").expect("valid with a database");
+        assert!(parsed.database.is_some());
+        assert!(compose_file("img:1", 1, Some("pg:1")).contains("  db:\n    image: pg:1"));
+        let manifest = manifest("img:1", 2, None);
+        let compose = compose_file("img:1", 2, None);
         for service in ["  s1:", "  s2:"] {
             assert!(manifest.contains(service) && compose.contains(service));
         }

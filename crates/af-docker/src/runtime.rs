@@ -436,8 +436,7 @@ impl LocalRuntime {
     /// its branch; `true` when anything was made or started.
     async fn start_database(
         &self,
-        env: &EnvironmentId,
-        internal: &str,
+        at: Placement<'_>,
         wanted: &WantedDatabase,
         progress: &dyn ProgressSink,
     ) -> Result<bool, RuntimeError> {
@@ -451,8 +450,7 @@ impl LocalRuntime {
                 database::ensure_template(docker, &wanted.image, wanted.seed.as_ref()).await?;
             database::ensure_server(
                 docker,
-                env,
-                internal,
+                at,
                 &wanted.image,
                 wanted.seed.as_ref(),
                 &template,
@@ -714,10 +712,7 @@ impl Runtime for LocalRuntime {
         .await?;
         // After the verdict, before any service (and its migration) needs it.
         let database_changed = match &wanted_database {
-            Some(wanted) => {
-                self.start_database(env, &internal, wanted, progress)
-                    .await?
-            }
+            Some(wanted) => self.start_database(placement, wanted, progress).await?,
             None => false,
         };
         let changed =

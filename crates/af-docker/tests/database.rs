@@ -218,7 +218,7 @@ async fn each_environment_gets_its_own_branch_from_the_seed_and_reset_makes_it_f
     assert!(database.size_bytes.unwrap_or(0) > 1 << 20, "{database:?}");
     let password = label_of(
         &docker,
-        &format!("af-{}-database", one.id),
+        &format!("af-{}-database-server", one.id),
         "dev.antifailure.database-password",
     )
     .await;
@@ -265,7 +265,7 @@ async fn each_environment_gets_its_own_branch_from_the_seed_and_reset_makes_it_f
     assert!(
         docker
             .inspect_container(
-                &format!("af-{}-database", one.id),
+                &format!("af-{}-database-server", one.id),
                 None::<bollard::query_parameters::InspectContainerOptions>
             )
             .await
@@ -273,7 +273,7 @@ async fn each_environment_gets_its_own_branch_from_the_seed_and_reset_makes_it_f
     );
     let template = label_of(
         &docker,
-        &format!("af-{}-database", two.id),
+        &format!("af-{}-database-server", two.id),
         "dev.antifailure.database-template",
     )
     .await;
@@ -341,9 +341,10 @@ async fn the_branch_answers_its_own_services_and_nothing_outside_its_environment
         two: theirs,
         _cleanup,
     } = two_environments_up("reach", ["ours", "theirs"]).await;
-    let server = format!("af-{}-database", ours.id);
+    let server = format!("af-{}-database-server", ours.id);
+    let pod = format!("af-{}-database", ours.id);
     let internal = af_docker::names::internal_network(&ours.id);
-    let server_ip = address_of(&docker, &server, &internal).await;
+    let server_ip = address_of(&docker, &pod, &internal).await;
     let our_api = format!("af-{}-api-0", ours.id);
     let our_holder = format!("af-{}-api-0-holder", ours.id);
     let our_api_ip = address_of(&docker, &our_holder, &internal).await;
@@ -362,21 +363,31 @@ async fn the_branch_answers_its_own_services_and_nothing_outside_its_environment
     );
     let logged = arrivals(&docker, &server).await;
     assert!(logged.contains(&our_api_ip), "{logged:?} from {our_api_ip}");
-    // What keeps everything else out: the server is on its environment's internal network alone
-    // and publishes no port on the host.
+    // What keeps everything else out: the server is in its pod's namespace, whose holder is on
+    // the environment's internal network alone, and nothing publishes a port on the host.
     let inspected = inspect(&docker, &server).await;
-    let networks: Vec<String> = inspected
+    let holder = inspect(&docker, &pod).await;
+    assert_eq!(
+        inspected
+            .host_config
+            .as_ref()
+            .and_then(|h| h.network_mode.clone()),
+        holder.id.as_ref().map(|id| format!("container:{id}"))
+    );
+    let networks: Vec<String> = holder
         .network_settings
         .and_then(|n| n.networks)
         .unwrap_or_default()
         .into_keys()
         .collect();
     assert_eq!(networks, std::slice::from_ref(&internal));
-    let published = inspected.host_config.and_then(|h| h.port_bindings);
-    assert!(
-        published.as_ref().is_none_or(|p| p.is_empty()),
-        "{published:?}"
-    );
+    for host_config in [inspected.host_config, holder.host_config] {
+        let published = host_config.and_then(|h| h.port_bindings);
+        assert!(
+            published.as_ref().is_none_or(|p| p.is_empty()),
+            "{published:?}"
+        );
+    }
 
     // Another environment's service.
     let their_api = format!("af-{}-api-0", theirs.id);
@@ -427,6 +438,91 @@ async fn the_branch_answers_its_own_services_and_nothing_outside_its_environment
             "{stranger} reached the server: {logged:?}"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether a TCP connection from `container` (as `user`, with its bash) to `target` opens.
+async fn connects(docker: &Docker, container: &str, user: &str, target: &str) -> bool {
+    let (host, port) = target.rsplit_once(':').unwrap();
+    let script = format!("exec 3<>/dev/tcp/{host}/{port}");
+    one_shot::exec(
+        docker,
+        container,
+        user,
+        vec![
+            "timeout".into(),
+            "5".into(),
+            "bash".into(),
+            "-c".into(),
+            script,
+        ],
+        Vec::new(),
+    )
+    .await
+    .unwrap()
+    .exit_code
+        == 0
+}
+
+/// The database's image is the manifest's choice, so its pod is held to a service's rules: from
+/// the server's own namespace the host's side of the network (where a platform API listens) is
+/// refused, judged at a listener there, beside a container on the same network without those
+/// rules whose connection arrives.
+#[tokio::test]
+async fn the_database_runs_under_a_services_refusal_rules() {
+    let (docker, _) = support::daemon_and_engine().await;
+    let dir = manifest_dir("rules", SEED, &support::db_image());
+    let env = environment(&dir, "rules");
+    let _cleanup = support::Teardown(docker.clone(), env.id.clone());
+    let runtime = LocalRuntime::new(docker.clone(), support::unanswered_targets());
+    runtime
+        .up(&env, &Quiet)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let internal = af_docker::names::internal_network(&env.id);
+    let layout = af_docker::networks::layout(&docker, &internal)
+        .await
+        .unwrap();
+    let gateway = layout
+        .gateways
+        .iter()
+        .find(|g| !g.contains(':'))
+        .unwrap()
+        .clone();
+    // The listener, on the host's side of the environment's network.
+    let listener = std::net::TcpListener::bind((gateway.as_str(), 0)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let target = format!("{gateway}:{}", listener.local_addr().unwrap().port());
+    let arrived = |listener: &std::net::TcpListener| {
+        let mut from = Vec::new();
+        while let Ok((_, peer)) = listener.accept() {
+            from.push(peer.ip().to_string());
+        }
+        from
+    };
+
+    let control = Client::on(
+        &docker,
+        &format!("afdb-rules-{}", std::process::id()),
+        &internal,
+    )
+    .await;
+    let control_ip = address_of(&docker, &control.name, &internal).await;
+    assert!(
+        connects(&docker, &control.name, "postgres", &target).await,
+        "the positive control did not connect"
+    );
+    let server = format!("af-{}-database-server", env.id);
+    let server_ip = address_of(&docker, &format!("af-{}-database", env.id), &internal).await;
+    assert!(
+        !connects(&docker, &server, "postgres", &target).await,
+        "the database's namespace reached the host's side of its network"
+    );
+    let from = arrived(&listener);
+    drop(control);
+    assert!(from.contains(&control_ip), "{from:?}");
+    assert!(!from.contains(&server_ip), "{from:?}");
+    runtime.down(&env.id, &Quiet).await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -108,8 +108,21 @@ pub async fn rebuild_template(
     seed: Option<&Seed>,
     volume: &str,
 ) -> Result<(), DockerError> {
-    remove_volume(docker, volume).await?;
+    remove_template(docker, volume).await?;
     build_template(docker, image, seed, volume).await
+}
+
+/// Removes template `volume` when it is one of af's (AF-RUN-045 when a volume of that name is
+/// not), so that the next [`ensure_template`] builds it.
+pub async fn remove_template(docker: &Docker, volume: &str) -> Result<(), DockerError> {
+    match docker.inspect_volume(volume).await {
+        Ok(found) if !plan::is_template(&found.labels) => Err(not_ours("volume", volume)),
+        Ok(_) => remove_volume(docker, volume).await,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(err) => Err(platform(format!("inspecting volume {volume}"), err)),
+    }
 }
 
 async fn build_template(
@@ -163,8 +176,7 @@ async fn build_template(
         wait_ready(docker, &builder).await?;
         superuser(docker, &builder, "postgres", plan::template_setup_sql()).await?;
         if let Some(seed) = seed {
-            let mut cmd = plan::psql_as_owner(plan::TEMPLATE_DATABASE, &[]);
-            cmd.extend(["-q", "-v", "ON_ERROR_STOP=1", "-f", "-"].map(String::from));
+            let cmd = plan::apply_seed(plan::TEMPLATE_DATABASE);
             let applied =
                 one_shot::exec(docker, &builder, plan::SERVER_USER, cmd, seed.sql.clone()).await?;
             if applied.exit_code != 0 {
@@ -209,20 +221,22 @@ async fn build_template(
     built
 }
 
-/// The environment's server, running from a copy of `template` with the branch made in it;
-/// `true` when anything was (re)created or started. A server made from the same specification
-/// is kept with its data (only started again if it stopped).
+/// The environment's server, running from a copy of `template` with the branch made in it, in a
+/// pod of its own placed `at` the services' network as a service's is (holder, refusal rules,
+/// gate); `true` when anything was (re)created. A server made from the same specification keeps
+/// its data: when it or its holder stopped, the pod is made again around the same volume.
 pub async fn ensure_server(
     docker: &Docker,
-    env: &EnvironmentId,
-    internal: &str,
+    at: crate::service::Placement<'_>,
     image: &Image,
     seed: Option<&Seed>,
     template: &str,
     connection: &Connection,
 ) -> Result<bool, DockerError> {
+    let env = at.env;
     let name = plan::server_name(env);
-    let spec = plan::server_spec(&image.id, template, internal);
+    let holder = plan::holder_name(env);
+    let spec = plan::server_spec(&image.id, template, at.internal);
     let found = one_shot::inspect_ours(docker, &name, env).await?;
     let same = found.as_ref().is_some_and(|c| {
         c.config
@@ -236,65 +250,91 @@ pub async fn ensure_server(
         .and_then(|c| c.state.as_ref())
         .and_then(|s| s.running)
         .unwrap_or(false);
-    let changed = match (same, running) {
-        (true, true) => false,
-        (true, false) => {
-            one_shot::start(docker, &name).await?;
-            true
-        }
-        (false, _) => {
-            // A new specification (image, seed, network) starts from its template again.
-            one_shot::remove(docker, &name).await?;
-            let volume = plan::data_volume(env);
-            match docker.inspect_volume(&volume).await {
-                Ok(found) if !names::is_ours(Some(&found.labels), env) => {
-                    return Err(not_ours("volume", &volume));
-                }
-                _ => remove_volume(docker, &volume).await?,
-            }
-            docker
-                .create_volume(VolumeCreateRequest {
-                    name: Some(volume.clone()),
-                    labels: Some(names::labels(env, plan::DATA_ROLE)),
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| platform(format!("creating volume {volume}"), e))?;
-            let copy = plan::copy_template(&image.reference, template, &volume, &image.pgdata);
-            let mut copied = one_shot::run(docker, env, &copy).await?;
-            if copied.exit_code == 3 {
-                // Left unfinished by an interrupted build: built again, then copied.
-                rebuild_template(docker, image, seed, template).await?;
-                copied = one_shot::run(docker, env, &copy).await?;
-            }
-            check(&copied, "copying the database template")?;
-            let body = plan::server(plan::Server {
-                image: &image.reference,
-                network: internal,
-                volume: &volume,
-                pgdata: &image.pgdata,
-                env_vars: Vec::new(),
-                labels: plan::server_labels(env, &spec, template, &connection.password),
-            });
-            one_shot::create_and_start(docker, &name, body, &[]).await?;
-            true
-        }
-    };
+    if same && running && one_shot::running_with_spec(docker, &holder, env, &spec).await? {
+        wait_ready(docker, &name).await?;
+        branch(docker, &name, connection).await?;
+        return Ok(false);
+    }
+    one_shot::remove(docker, &name).await?;
+    one_shot::clear(docker, &holder, env).await?;
+    let volume = plan::data_volume(env);
+    if !same {
+        // A new specification (image, seed, network) starts from its template again.
+        fresh_data(docker, env, image, seed, template, &volume).await?;
+    }
+    // The pod, as a service's: the holder and its refusal rules, then its gate.
+    let joined =
+        crate::service::hold_with_rules(docker, at, &holder, plan::HOLDER_ROLE, None, &spec)
+            .await?;
+    crate::service::gate(docker, at, &holder, "the database").await?;
+    let body = plan::server(plan::Server {
+        image: &image.reference,
+        network: &joined,
+        volume: &volume,
+        pgdata: &image.pgdata,
+        env_vars: Vec::new(),
+        labels: plan::server_labels(env, &spec, template, &connection.password),
+    });
+    one_shot::create_and_start(docker, &name, body, &[]).await?;
     wait_ready(docker, &name).await?;
+    branch(docker, &name, connection).await?;
+    Ok(true)
+}
+
+/// The environment's data volume made again as a copy of `template` (built again first when a
+/// copy finds it unfinished).
+pub async fn fresh_data(
+    docker: &Docker,
+    env: &EnvironmentId,
+    image: &Image,
+    seed: Option<&Seed>,
+    template: &str,
+    volume: &str,
+) -> Result<(), DockerError> {
+    match docker.inspect_volume(volume).await {
+        Ok(found) if !names::is_ours(Some(&found.labels), env) => {
+            return Err(not_ours("volume", volume));
+        }
+        _ => remove_volume(docker, volume).await?,
+    }
+    docker
+        .create_volume(VolumeCreateRequest {
+            name: Some(volume.to_string()),
+            labels: Some(names::labels(env, plan::DATA_ROLE)),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| platform(format!("creating volume {volume}"), e))?;
+    let copy = plan::copy_template(&image.reference, template, volume, &image.pgdata);
+    let mut copied = one_shot::run(docker, env, &copy).await?;
+    if copied.exit_code == 3 {
+        // Left unfinished by an interrupted build: built again, then copied.
+        rebuild_template(docker, image, seed, template).await?;
+        copied = one_shot::run(docker, env, &copy).await?;
+    }
+    check(&copied, "copying the database template")
+}
+
+/// The owner's password and the branch (made when it does not exist yet), in `server`.
+pub async fn branch(
+    docker: &Docker,
+    server: &str,
+    connection: &Connection,
+) -> Result<(), DockerError> {
     superuser(
         docker,
-        &name,
+        server,
         "postgres",
         plan::branch_sql(&connection.database, &connection.password),
     )
-    .await?;
-    Ok(changed)
+    .await
+    .map(drop)
 }
 
 /// Waits until the server in `container` accepts connections over TCP (an image's first-start
 /// setup runs a server on its socket only, which is not yet the one to use); AF-RUN-068 with its
 /// last lines when it does not within [`READY_TIMEOUT`] or stops.
-async fn wait_ready(docker: &Docker, container: &str) -> Result<(), DockerError> {
+pub async fn wait_ready(docker: &Docker, container: &str) -> Result<(), DockerError> {
     let started = tokio::time::Instant::now();
     let deadline = started + READY_TIMEOUT;
     let probe: Vec<String> = [

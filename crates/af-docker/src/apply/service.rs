@@ -42,7 +42,7 @@ fn environment_at(at: Placement<'_>, service: &Service) -> Result<Vec<String>, D
 /// The first half of a pod, which needs nothing of the sidecar but its address: the holder (on the
 /// services' network, resolving through the sidecar, reachable as `alias`) and the refusal rules.
 /// Returns the `container:<holder>` network mode.
-async fn hold_with_rules(
+pub(crate) async fn hold_with_rules(
     docker: &Docker,
     at: Placement<'_>,
     holder: &str,
@@ -59,7 +59,7 @@ async fn hold_with_rules(
 /// The startup gate, in `holder` itself (its namespace, its user, no capabilities): every route
 /// refused, the sidecar answering. Needs the sidecar running. A refusal is AF-RUN-043 naming
 /// `workload`'s gate and its reason.
-async fn gate(
+pub(crate) async fn gate(
     docker: &Docker,
     at: Placement<'_>,
     holder: &str,

@@ -4,7 +4,9 @@
 //!
 //! The layout, and why. Each environment has a PostgreSQL server of its own on its internal
 //! network, so isolation between environments is the network's (judged at the server's listener),
-//! not a permission inside a shared server. A new environment's server does not start empty: its
+//! not a permission inside a shared server. The server runs in a pod exactly as a service does —
+//! a holder with the refusal rules, its startup gate, then the server in the holder's namespace —
+//! because its image is the manifest's choice: it gets no more of the network than a service. A new environment's server does not start empty: its
 //! data directory is a copy of a **template volume** — a cluster into which the manifest's `seed`
 //! was applied once, kept per (image, seed) — so neither initdb nor the seed runs again. Inside
 //! it the **branch** is made from the template database with `CREATE DATABASE … TEMPLATE`, which
@@ -24,8 +26,11 @@ use super::containers::OneShot;
 use super::hardening::confined_read_only;
 use crate::names;
 
-/// The server's role in its environment (its container is `af-<env>-database`).
-pub const ROLE: &str = "database";
+/// The role of the database's pod holder, `af-<env>-database`: the name the services reach the
+/// server by.
+pub const HOLDER_ROLE: &str = "database";
+/// The server's role (its container is `af-<env>-database-server`, in the holder's namespace).
+pub const ROLE: &str = "database-server";
 /// The role of the volume that holds the environment's data directory.
 pub const DATA_ROLE: &str = "database-data";
 /// The role of a template volume; it belongs to no environment (`af down` keeps it).
@@ -60,6 +65,11 @@ pub fn branch(env: &EnvironmentId) -> String {
 /// The environment's server container.
 pub fn server_name(env: &EnvironmentId) -> String {
     names::container(env, ROLE)
+}
+
+/// The holder of the server's pod: its address and name on the internal network.
+pub fn holder_name(env: &EnvironmentId) -> String {
+    names::container(env, HOLDER_ROLE)
 }
 
 /// The environment's data volume.
@@ -102,7 +112,7 @@ pub fn template_labels(image: &str) -> HashMap<String, String> {
 /// How the services reach their branch.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Connection {
-    /// The server's name on the internal network (its container's).
+    /// The server's name on the internal network (its pod holder's).
     pub host: String,
     pub database: String,
     pub password: String,
@@ -121,7 +131,7 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     pub fn for_environment(env: &EnvironmentId, password: String) -> Connection {
         Connection {
-            host: server_name(env),
+            host: holder_name(env),
             database: branch(env),
             password,
         }
@@ -175,7 +185,7 @@ pub fn server_spec(image_id: &str, template: &str, internal: &str) -> String {
 #[derive(Clone, Debug)]
 pub struct Server<'a> {
     pub image: &'a str,
-    /// The internal network, or `none` for the template's build.
+    /// `container:<holder>` (the pod's namespace), or `none` for the template's build.
     pub network: &'a str,
     /// The volume mounted as its data directory.
     pub volume: &'a str,
@@ -187,8 +197,8 @@ pub struct Server<'a> {
 }
 
 /// The server's container: the image as its `postgres` user, no capability, no new privileges,
-/// a read-only root with scratch space for the socket and temporary files, its data volume, on
-/// one network, no port published. Every connection is logged (`log_connections`), which is
+/// a read-only root with scratch space for the socket and temporary files, its data volume, in
+/// its pod's namespace (or none), no port published. Every connection is logged (`log_connections`), which is
 /// where a test judges who reached it.
 pub fn server(server: Server<'_>) -> ContainerCreateBody {
     ContainerCreateBody {
@@ -298,6 +308,25 @@ pub fn psql_as_owner(database: &str, args: &[String]) -> Vec<String> {
     cmd
 }
 
+/// psql applying the seed (on its standard input) to `database` as [`OWNER`]: in one transaction
+/// (all of it or nothing, and one commit rather than one per statement), stopping at the first
+/// error.
+pub fn apply_seed(database: &str) -> Vec<String> {
+    let mut cmd = psql_as_owner(database, &[]);
+    cmd.extend(
+        [
+            "-q",
+            "--single-transaction",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-f",
+            "-",
+        ]
+        .map(String::from),
+    );
+    cmd
+}
+
 /// The template's roles and database, before the seed: [`OWNER`] owns the template's schema (so
 /// what the seed makes is the services' own), the template itself is the superuser's, and the
 /// superuser gets no password (no login over the network).
@@ -382,7 +411,7 @@ mod tests {
         let env = EnvironmentId::derive("shop", "main");
         let body = server(Server {
             image: "af-postgres:latest",
-            network: "af-shop-main-internal",
+            network: "container:af-shop-main-database",
             volume: "af-shop-main-database-data",
             pgdata: DEFAULT_PGDATA,
             env_vars: Vec::new(),
@@ -399,7 +428,10 @@ mod tests {
         assert_eq!(host.readonly_rootfs, Some(true));
         assert_eq!(host.port_bindings, None);
         assert_eq!(host.publish_all_ports, None);
-        assert_eq!(host.network_mode.as_deref(), Some("af-shop-main-internal"));
+        assert_eq!(
+            host.network_mode.as_deref(),
+            Some("container:af-shop-main-database")
+        );
         assert!(body.exposed_ports.is_none());
     }
 
