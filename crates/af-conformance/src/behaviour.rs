@@ -14,6 +14,7 @@ pub enum Area {
     Services,
     Readiness,
     Egress,
+    Database,
     Containment,
 }
 

@@ -59,6 +59,14 @@ pub fn main(image: &str) -> String {
     )
 }
 
+/// An agent `service` and the environment's database branch from `database_image` (no seed).
+pub fn with_database(image: &str, database_image: &str, service: &str) -> String {
+    format!(
+        "{}database:\n  provider: container\n  image: {database_image}\n",
+        manifest("afc", image, &[agent(service, &[], "")], "")
+    )
+}
+
 /// Start order, migrations and cron: `ledger` keeps marks; `b` (after its migration) and `c`
 /// (after `b`) post theirs when they start; `tick` posts one a minute.
 pub fn ordering(image: &str) -> String {

@@ -93,6 +93,21 @@ pub trait Harness: Send + Sync {
     /// The platform's API as a workload would aim at it (`ip:port`), and whether something there
     /// answers the platform's own side (the positive control).
     async fn platform_api(&self, id: &EnvironmentId) -> Result<(String, bool), String>;
+    /// The database image a fixture with `database: {provider: container}` names: one on the
+    /// platform (nothing is pulled); `None` when the harness has none, which fails the behaviours
+    /// that need one (a runtime without the capability skips them first).
+    fn database_image(&self) -> Option<String> {
+        None
+    }
+    /// The address of the environment's database server as it sits on the platform's network.
+    async fn database_address(&self, _id: &EnvironmentId) -> Result<String, String> {
+        Err("this harness cannot find a database server".to_string())
+    }
+    /// The addresses the environment's database server logged a connection from, in order: where
+    /// a route to it is judged.
+    async fn database_arrivals(&self, _id: &EnvironmentId) -> Result<Vec<String>, String> {
+        Err("this harness cannot read a database server's connections".to_string())
+    }
     /// Removes what the harness made (outside hosts, controls); called once at the end of a run.
     async fn close(&self);
 }

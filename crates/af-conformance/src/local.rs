@@ -201,6 +201,36 @@ impl Harness for LocalHarness {
         .map_err(text)
     }
 
+    /// `AF_DB_IMAGE`, as the tests take it, or af's own image (`scripts/build-db-image`).
+    fn database_image(&self) -> Option<String> {
+        Some(std::env::var("AF_DB_IMAGE").unwrap_or_else(|_| "af-postgres:latest".to_string()))
+    }
+
+    async fn database_address(&self, id: &EnvironmentId) -> Result<String, String> {
+        sidecar::address_on(
+            &self.docker,
+            &af_docker::plan::database::holder_name(id),
+            &names::internal_network(id),
+        )
+        .await
+        .map_err(text)
+    }
+
+    async fn database_arrivals(&self, id: &EnvironmentId) -> Result<Vec<String>, String> {
+        let log = af_docker::service::last_log_lines(
+            &self.docker,
+            &af_docker::plan::database::server_name(id),
+            100_000,
+        )
+        .await;
+        Ok(log
+            .lines()
+            .filter_map(|line| line.split("connection received: host=").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+            .collect())
+    }
+
     async fn control_api(&self, id: &EnvironmentId) -> Result<(String, bool), String> {
         let side = sidecar::find(&self.docker, id).await.map_err(text)?;
         let workload_side = format!("{}:{}", side.internal_ip, sidecar::CONTROL_PORT);

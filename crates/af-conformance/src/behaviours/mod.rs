@@ -12,6 +12,7 @@ use crate::fixtures;
 use crate::harness::RouteOutcome;
 
 mod containment;
+mod database;
 mod egress;
 mod lifecycle;
 mod readiness;
@@ -38,6 +39,7 @@ pub fn roster() -> Vec<Behaviour> {
         services::all(),
         readiness::all(),
         egress::all(),
+        database::all(),
         containment::all(),
     ]
     .concat()

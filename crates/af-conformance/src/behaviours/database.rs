@@ -1,0 +1,153 @@
+//! Database: an environment's branch (`database: {provider: container}`), reached from its own
+//! services and from nothing outside the environment, and apart from every other environment's.
+
+use af_manifest::EnvironmentId;
+use af_runtime::Capability;
+
+use super::{check, require, try_inside, try_outside};
+use crate::behaviour::{Area, Behaviour};
+use crate::context::Ctx;
+use crate::fixtures;
+
+pub fn all() -> Vec<Behaviour> {
+    let b = |name, proves, check| Behaviour {
+        name,
+        area: Area::Database,
+        needs: Some(Capability::ContainerDatabase),
+        proves,
+        check,
+    };
+    vec![
+        b(
+            "database_branch_reached_from_its_services_and_nothing_else",
+            "a service reaches its environment's database server; another environment's service and a client on the platform's other networks do not, judged by the server's own log of the connections it received",
+            reached_from_inside_only,
+        ),
+        b(
+            "database_branches_are_separate",
+            "two environments' branches are apart: a table made in one is not in the other, and a reset takes it away",
+            separate,
+        ),
+    ]
+}
+
+/// The two environments with a database: ours (`agent`) and a neighbour (`neighbour`).
+async fn environments(ctx: &Ctx<'_>) -> Result<(EnvironmentId, EnvironmentId), String> {
+    let image = ctx.harness.engine_image();
+    let database = ctx.harness.database_image().ok_or_else(|| {
+        "the harness names no database image (AF_DB_IMAGE on the local runtime)".to_string()
+    })?;
+    let ours = ctx
+        .shared(
+            "database",
+            &fixtures::with_database(image, &database, "agent"),
+        )
+        .await?;
+    let theirs = ctx
+        .shared(
+            "database-neighbour",
+            &fixtures::with_database(image, &database, "neighbour"),
+        )
+        .await?;
+    Ok((ours, theirs))
+}
+
+/// psql on the branch of `id` (through the runtime), which must succeed: what it printed.
+async fn sql(ctx: &Ctx<'_>, id: &EnvironmentId, statements: &str) -> Result<String, String> {
+    let ran = ctx
+        .harness
+        .runtime()
+        .database_shell(
+            id,
+            &["-X", "-At", "-v", "ON_ERROR_STOP=1"].map(String::from),
+            statements.as_bytes().to_vec(),
+        )
+        .await
+        .map_err(|err| format!("psql on {id}: {err}"))?;
+    require(ran.exit_code == 0, || {
+        format!("psql on {id} exited {}: {}", ran.exit_code, ran.stderr)
+    })?;
+    Ok(ran.stdout.trim().to_string())
+}
+
+check!(reached_from_inside_only, ctx, {
+    let (ours, theirs) = environments(ctx).await?;
+    let address = ctx.harness.database_address(&ours).await?;
+    let route = format!("database=tcp:{address}:5432");
+    let before = ctx.harness.database_arrivals(&ours).await?.len();
+    // Positive control: our own service is answered, and the server saw it.
+    let inside = try_inside(ctx, &ours, "agent", std::slice::from_ref(&route)).await?;
+    require(
+        inside.get("database").map(String::as_str) == Some("escaped"),
+        || format!("our own service did not reach its database: {inside:?}"),
+    )?;
+    let agent = ctx.harness.service_address(&ours, "agent").await?;
+    let seen = ctx.harness.database_arrivals(&ours).await?;
+    require(seen[before..].contains(&agent), || {
+        format!("the server did not log our service ({agent}): {seen:?}")
+    })?;
+    // Another environment's service, and the platform's client on its other networks.
+    let neighbour = try_inside(ctx, &theirs, "neighbour", std::slice::from_ref(&route)).await?;
+    require(
+        neighbour.get("database").map(String::as_str) == Some("denied"),
+        || format!("another environment: {neighbour:?}"),
+    )?;
+    let outside = try_outside(ctx, std::slice::from_ref(&route)).await?;
+    require(
+        outside.get("database").map(String::as_str) != Some("escaped"),
+        || format!("the platform's other networks: {outside:?}"),
+    )?;
+    // Judged where it would have landed: nothing new arrived.
+    let after = ctx.harness.database_arrivals(&ours).await?;
+    require(after.len() == seen.len(), || {
+        format!(
+            "the server logged connections from outside the environment: {:?}",
+            &after[seen.len()..]
+        )
+    })?;
+    Ok(format!(
+        "our service reached {address}:5432; another environment {}, the other networks {}",
+        neighbour["database"],
+        outside.get("database").map_or("?", String::as_str)
+    ))
+});
+
+check!(separate, ctx, {
+    let (ours, theirs) = environments(ctx).await?;
+    let table = format!("mark_{}", ctx.run.replace('-', "_"));
+    sql(ctx, &ours, &format!("CREATE TABLE {table} (x int);")).await?;
+    let exists = format!("SELECT count(*) FROM pg_tables WHERE tablename = '{table}';");
+    require(sql(ctx, &ours, &exists).await? == "1", || {
+        "the table is not in the branch it was made in".to_string()
+    })?;
+    let there = sql(ctx, &theirs, &exists).await?;
+    require(there == "0", || {
+        format!("the table is in the other environment's branch: {there}")
+    })?;
+    let status = |id: EnvironmentId| async move {
+        ctx.harness
+            .runtime()
+            .status(&id)
+            .await
+            .map_err(|e| e.to_string())?
+            .database
+            .map(|d| d.branch)
+            .ok_or_else(|| format!("{id} has no database in its status"))
+    };
+    let (our_branch, their_branch) = (status(ours.clone()).await?, status(theirs).await?);
+    require(our_branch != their_branch, || {
+        format!("one branch for both: {our_branch}")
+    })?;
+    ctx.harness
+        .runtime()
+        .reset_database(&ours)
+        .await
+        .map_err(|e| e.to_string())?;
+    let after_reset = sql(ctx, &ours, &exists).await?;
+    require(after_reset == "0", || {
+        format!("the table survived a reset: {after_reset}")
+    })?;
+    Ok(format!(
+        "{table} in {our_branch} only; gone after its reset"
+    ))
+});
