@@ -6,7 +6,7 @@
 //!   DATABASE … TEMPLATE af_template` against `CREATE DATABASE` + the seed through psql, in the
 //!   same running server. Target: ≤ 0.2×, for a seed of 10 MB.
 //! - **A new environment's server**: a copy of the seeded template volume, the server started and
-//!   the branch made (`ensure_server`) against a server made from nothing with the seed applied
+//!   the branch made (`prepare_server` and `start_server` but the pod) against a server made from nothing with the seed applied
 //!   (`ensure_template`'s build: initdb, the seed, sealed).
 //!
 //! The seed is generated, about `--seed-mb` megabytes of SQL: a table of rows of text and an index

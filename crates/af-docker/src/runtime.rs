@@ -432,32 +432,48 @@ impl LocalRuntime {
         }))
     }
 
-    /// The database's template (built once per image and seed) and the environment's server with
-    /// its branch; `true` when anything was made or started.
-    async fn start_database(
+    /// What of the database runs nothing of its image on a network: its template, its data and
+    /// its pod's holder with the refusal rules ([`database::prepare_server`]).
+    async fn prepare_database(
         &self,
         at: Placement<'_>,
         wanted: &WantedDatabase,
         progress: &dyn ProgressSink,
+    ) -> Result<database::PreparedServer, RuntimeError> {
+        af_runtime::run_step(
+            progress,
+            Step::Preparation,
+            "the database's template, data and pod (its server starts after the verdict)",
+            database::prepare_server(&self.docker, at, &wanted.image, wanted.seed.as_ref()),
+        )
+        .await
+    }
+
+    /// The database's server once prepared, behind its pod's gate, with its branch; `true` when
+    /// it was (re)created.
+    async fn start_database(
+        &self,
+        at: Placement<'_>,
+        wanted: &WantedDatabase,
+        prepared: database::PreparedServer,
+        progress: &dyn ProgressSink,
     ) -> Result<bool, RuntimeError> {
-        let docker = &self.docker;
         let detail = format!(
             "{} (branch {})",
             wanted.image.reference, wanted.connection.database
         );
-        af_runtime::run_step(progress, Step::Database, &detail, async {
-            let template =
-                database::ensure_template(docker, &wanted.image, wanted.seed.as_ref()).await?;
-            database::ensure_server(
-                docker,
+        af_runtime::run_step(
+            progress,
+            Step::Database,
+            &detail,
+            database::start_server(
+                &self.docker,
                 at,
                 &wanted.image,
-                wanted.seed.as_ref(),
-                &template,
+                prepared,
                 &wanted.connection,
-            )
-            .await
-        })
+            ),
+        )
         .await
     }
 }
@@ -700,19 +716,38 @@ impl Runtime for LocalRuntime {
             capture_ca: capture_ca.as_ref(),
             database: database_variable.as_ref(),
         };
-        let contained = contain(
-            &self.docker,
-            progress,
-            placement,
-            manifest,
-            &images,
-            &egress,
-            early,
-        )
-        .await?;
-        // After the verdict, before any service (and its migration) needs it.
+        // The database's template, data and pod's holder are made while the probe runs, where
+        // the network keeps the sidecar's address free (otherwise after the sidecar has it).
+        let prepare_database = |wanted| self.prepare_database(placement, wanted, progress);
+        let (contained, database_prepared) = tokio::join!(
+            contain(
+                &self.docker,
+                progress,
+                placement,
+                manifest,
+                &images,
+                &egress,
+                early,
+            ),
+            async {
+                match (&wanted_database, early) {
+                    (Some(wanted), true) => prepare_database(wanted).await.map(Some),
+                    _ => Ok(None),
+                }
+            }
+        );
+        let contained = contained?;
+        let database_prepared = database_prepared?;
+        // Its server after the verdict, before any service (and its migration) needs it.
         let database_changed = match &wanted_database {
-            Some(wanted) => self.start_database(placement, wanted, progress).await?,
+            Some(wanted) => {
+                let prepared = match database_prepared {
+                    Some(prepared) => prepared,
+                    None => prepare_database(wanted).await?,
+                };
+                self.start_database(placement, wanted, prepared, progress)
+                    .await?
+            }
             None => false,
         };
         let changed =

@@ -256,6 +256,24 @@ async fn each_environment_gets_its_own_branch_from_the_seed_and_reset_makes_it_f
         "2"
     );
 
+    // A pod that stopped (a restarted machine) is made again around the same data.
+    for container in ["database-server", "database"] {
+        docker
+            .stop_container(
+                &format!("af-{}-{container}", one.id),
+                None::<bollard::query_parameters::StopContainerOptions>,
+            )
+            .await
+            .unwrap();
+    }
+    let restarted = runtime.up(&one, &Quiet).await.unwrap();
+    assert!(!restarted.unchanged, "the stopped database was started again");
+    assert_eq!(
+        answer(&docker, &api(&one), "SELECT count(*) FROM orders;").await,
+        "2",
+        "its data was kept"
+    );
+
     // down takes the server and its data volume; the template stays for the next environment.
     runtime.down(&one.id, &Quiet).await.unwrap();
     let left = af_docker::teardown::volumes(&docker, &one.id)

@@ -221,22 +221,32 @@ async fn build_template(
     built
 }
 
-/// The environment's server, running from a copy of `template` with the branch made in it, in a
-/// pod of its own placed `at` the services' network as a service's is (holder, refusal rules,
-/// gate); `true` when anything was (re)created. A server made from the same specification keeps
-/// its data: when it or its holder stopped, the pod is made again around the same volume.
-pub async fn ensure_server(
+/// The environment's server after [`prepare_server`].
+#[derive(Debug)]
+pub enum PreparedServer {
+    /// It runs as specified, in its pod, with its data: only the branch is checked.
+    Current,
+    /// Its data volume is ready and its pod's holder holds the refusal rules; the gate and the
+    /// server are next.
+    Fresh { template: String, spec: String },
+}
+
+/// The part of the environment's server that runs nothing of its image on a network: its
+/// template (built when there is none), its data volume (a copy of the template, unless a server
+/// of the same specification already had one: it keeps its data) and its pod's holder with the
+/// refusal rules, placed `at` the services' network as a service's is. `up` does this while the
+/// probe runs; [`start_server`] does the rest after the verdict.
+pub async fn prepare_server(
     docker: &Docker,
     at: crate::service::Placement<'_>,
     image: &Image,
     seed: Option<&Seed>,
-    template: &str,
-    connection: &Connection,
-) -> Result<bool, DockerError> {
+) -> Result<PreparedServer, DockerError> {
     let env = at.env;
+    let template = ensure_template(docker, image, seed).await?;
     let name = plan::server_name(env);
     let holder = plan::holder_name(env);
-    let spec = plan::server_spec(&image.id, template, at.internal);
+    let spec = plan::server_spec(&image.id, &template, at.internal);
     let found = one_shot::inspect_ours(docker, &name, env).await?;
     let same = found.as_ref().is_some_and(|c| {
         c.config
@@ -251,34 +261,50 @@ pub async fn ensure_server(
         .and_then(|s| s.running)
         .unwrap_or(false);
     if same && running && one_shot::running_with_spec(docker, &holder, env, &spec).await? {
-        wait_ready(docker, &name).await?;
-        branch(docker, &name, connection).await?;
-        return Ok(false);
+        return Ok(PreparedServer::Current);
     }
     one_shot::remove(docker, &name).await?;
     one_shot::clear(docker, &holder, env).await?;
-    let volume = plan::data_volume(env);
     if !same {
         // A new specification (image, seed, network) starts from its template again.
-        fresh_data(docker, env, image, seed, template, &volume).await?;
+        fresh_data(docker, env, image, seed, &template, &plan::data_volume(env)).await?;
     }
-    // The pod, as a service's: the holder and its refusal rules, then its gate.
-    let joined =
-        crate::service::hold_with_rules(docker, at, &holder, plan::HOLDER_ROLE, None, &spec)
-            .await?;
-    crate::service::gate(docker, at, &holder, "the database").await?;
-    let body = plan::server(plan::Server {
-        image: &image.reference,
-        network: &joined,
-        volume: &volume,
-        pgdata: &image.pgdata,
-        env_vars: Vec::new(),
-        labels: plan::server_labels(env, &spec, template, &connection.password),
-    });
-    one_shot::create_and_start(docker, &name, body, &[]).await?;
+    crate::service::hold_with_rules(docker, at, &holder, plan::HOLDER_ROLE, None, &spec).await?;
+    Ok(PreparedServer::Fresh { template, spec })
+}
+
+/// The environment's server once [`prepare_server`]d: its pod's gate, the server in the holder's
+/// namespace, ready, with the branch made; `true` when it was (re)created. Needs the sidecar (the
+/// gate asks it).
+pub async fn start_server(
+    docker: &Docker,
+    at: crate::service::Placement<'_>,
+    image: &Image,
+    prepared: PreparedServer,
+    connection: &Connection,
+) -> Result<bool, DockerError> {
+    let env = at.env;
+    let name = plan::server_name(env);
+    let created = match prepared {
+        PreparedServer::Current => false,
+        PreparedServer::Fresh { template, spec } => {
+            let holder = plan::holder_name(env);
+            crate::service::gate(docker, at, &holder, "the database").await?;
+            let body = plan::server(plan::Server {
+                image: &image.reference,
+                network: &format!("container:{holder}"),
+                volume: &plan::data_volume(env),
+                pgdata: &image.pgdata,
+                env_vars: Vec::new(),
+                labels: plan::server_labels(env, &spec, &template, &connection.password),
+            });
+            one_shot::create_and_start(docker, &name, body, &[]).await?;
+            true
+        }
+    };
     wait_ready(docker, &name).await?;
     branch(docker, &name, connection).await?;
-    Ok(true)
+    Ok(created)
 }
 
 /// The environment's data volume made again as a copy of `template` (built again first when a
