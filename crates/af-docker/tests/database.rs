@@ -267,7 +267,10 @@ async fn each_environment_gets_its_own_branch_from_the_seed_and_reset_makes_it_f
             .unwrap();
     }
     let restarted = runtime.up(&one, &Quiet).await.unwrap();
-    assert!(!restarted.unchanged, "the stopped database was started again");
+    assert!(
+        !restarted.unchanged,
+        "the stopped database was started again"
+    );
     assert_eq!(
         answer(&docker, &api(&one), "SELECT count(*) FROM orders;").await,
         "2",
