@@ -628,7 +628,11 @@ mod tests {
                 "AF-RUN-062",
                 "AF-RUN-063",
                 "AF-RUN-064",
-                "AF-RUN-065"
+                "AF-RUN-065",
+                "AF-RUN-066",
+                "AF-RUN-067",
+                "AF-RUN-068",
+                "AF-RUN-069",
             ]
         );
     }
