@@ -217,18 +217,7 @@ impl Harness for LocalHarness {
     }
 
     async fn database_arrivals(&self, id: &EnvironmentId) -> Result<Vec<String>, String> {
-        let log = af_docker::service::last_log_lines(
-            &self.docker,
-            &af_docker::plan::database::server_name(id),
-            100_000,
-        )
-        .await;
-        Ok(log
-            .lines()
-            .filter_map(|line| line.split("connection received: host=").nth(1))
-            .filter_map(|rest| rest.split_whitespace().next())
-            .map(str::to_string)
-            .collect())
+        Ok(af_docker::database::arrivals(&self.docker, id).await)
     }
 
     async fn control_api(&self, id: &EnvironmentId) -> Result<(String, bool), String> {

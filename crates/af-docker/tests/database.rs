@@ -93,31 +93,24 @@ async fn address_of(docker: &Docker, container: &str, network: &str) -> String {
         .unwrap_or_else(|| panic!("{container} has no address on {network}"))
 }
 
-/// [`arrivals`] once they include `from` at least `times` times: asked again until they do (the
-/// server writes the line as it accepts, a moment after the client saw the connection), for up
-/// to 10 s.
-async fn arrivals_with(docker: &Docker, server: &str, from: &str, times: usize) -> Vec<String> {
+/// The server's arrivals (`af_docker::database::arrivals`) once they include `from` at least
+/// `times` times: asked again until they do (the server writes the line as it accepts, a moment
+/// after the client saw the connection), for up to 10 s.
+async fn arrivals_with(
+    docker: &Docker,
+    env: &EnvironmentId,
+    from: &str,
+    times: usize,
+) -> Vec<String> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let seen = arrivals(docker, server).await;
+        let seen = af_docker::database::arrivals(docker, env).await;
         let count = seen.iter().filter(|a| *a == from).count();
         if count >= times || std::time::Instant::now() >= deadline {
             return seen;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-}
-
-/// The addresses the server logged a connection from (`log_connections`): where the tests judge
-/// who reached it.
-async fn arrivals(docker: &Docker, server: &str) -> Vec<String> {
-    af_docker::service::last_log_lines(docker, server, 100_000)
-        .await
-        .lines()
-        .filter_map(|line| line.split("connection received: host=").nth(1))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .map(str::to_string)
-        .collect()
 }
 
 /// Two environments of one manifest (with the seed), both up, removed when the test ends.
@@ -397,7 +390,7 @@ async fn the_branch_answers_its_own_services_and_nothing_outside_its_environment
         psql(&docker, &our_api, Some(&target), "SELECT 'reached';").await,
         (0, "reached".to_string())
     );
-    let logged = arrivals_with(&docker, &server, &our_api_ip, 1).await;
+    let logged = arrivals_with(&docker, &ours.id, &our_api_ip, 1).await;
     assert!(logged.contains(&our_api_ip), "{logged:?} from {our_api_ip}");
     // What keeps everything else out: the server is in its pod's namespace, whose holder is on
     // the environment's internal network alone, and nothing publishes a port on the host.
@@ -473,7 +466,7 @@ async fn the_branch_answers_its_own_services_and_nothing_outside_its_environment
         psql(&docker, &our_api, Some(&target), "SELECT 'reached';").await,
         (0, "reached".to_string())
     );
-    let logged = arrivals_with(&docker, &server, &our_api_ip, ours_before + 1).await;
+    let logged = arrivals_with(&docker, &ours.id, &our_api_ip, ours_before + 1).await;
     for stranger in [&their_ip, &bridge_ip, &other_ip] {
         assert!(
             !logged.contains(stranger),

@@ -507,6 +507,13 @@ async fn running_server(docker: &Docker, env: &EnvironmentId) -> Result<String, 
     }
 }
 
+/// The addresses the environment's server received connections from, in the order it accepted
+/// them, as its log says ([`plan::connections_received`]).
+pub async fn arrivals(docker: &Docker, env: &EnvironmentId) -> Vec<String> {
+    let log = crate::service::last_log_lines(docker, &plan::server_name(env), 100_000).await;
+    plan::connections_received(&log)
+}
+
 /// The branch as `af status` shows it; `None` when the environment has no database container.
 pub async fn status(
     docker: &Docker,

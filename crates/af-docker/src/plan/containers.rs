@@ -17,7 +17,7 @@ use crate::names;
 use crate::plan::service::Placement;
 
 /// af's labels for `role` of `env`, with the specification digest when there is one.
-fn labels_with_spec(
+pub(crate) fn labels_with_spec(
     env: &EnvironmentId,
     role: &str,
     spec: Option<&str>,

@@ -239,8 +239,7 @@ pub fn server_labels(
     template: &str,
     password: &str,
 ) -> HashMap<String, String> {
-    let mut labels = names::labels(env, ROLE);
-    labels.insert(names::SPEC_LABEL.to_string(), spec.to_string());
+    let mut labels = super::containers::labels_with_spec(env, ROLE, Some(spec));
     labels.insert(TEMPLATE_LABEL.to_string(), template.to_string());
     labels.insert(PASSWORD_LABEL.to_string(), password.to_string());
     labels
@@ -368,6 +367,16 @@ pub fn reset_sql(branch: &str) -> String {
     )
 }
 
+/// The addresses a server's log says it received connections from (`log_connections`), in the
+/// order it accepted them: where a route to the database is judged.
+pub fn connections_received(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|line| line.split("connection received: host=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
 /// The branch's size in bytes, printed alone.
 pub fn size_sql(branch: &str) -> String {
     format!("SELECT pg_database_size('{branch}');\n")
@@ -395,6 +404,15 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_alphanumeric()), "{a}");
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn connections_are_read_off_the_log_in_order() {
+        let log = "LOG:  database system is ready\n\
+                   2026-12-05 LOG:  connection received: host=10.213.7.130 port=40312\n\
+                   LOG:  connection authorized: user=app\n\
+                   2026-12-05 LOG:  connection received: host=[local]\n";
+        assert_eq!(connections_received(log), ["10.213.7.130", "[local]"]);
     }
 
     #[test]
