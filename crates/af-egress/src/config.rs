@@ -117,6 +117,7 @@ fn problems(config: &SidecarConfig) -> Vec<String> {
         && listen.dns.is_none()
         && listen.smtp.is_empty()
         && listen.smtps.is_empty()
+        && config.relays.is_empty()
     {
         problems.push(
             "listen names no listener; a sidecar that listens nowhere serves no one".to_string(),
@@ -168,6 +169,7 @@ fn problems(config: &SidecarConfig) -> Vec<String> {
     .flatten()
     .chain(listen.smtp.iter().copied())
     .chain(listen.smtps.iter().copied())
+    .chain(config.relays.iter().map(|relay| relay.listen))
     .collect();
     ports.sort();
     for pair in ports.windows(2) {
@@ -232,6 +234,27 @@ fn problems(config: &SidecarConfig) -> Vec<String> {
                 "inbox.max_bytes ({}) is below inbox.max_body_bytes ({}); an entry with a whole body would not fit",
                 config.inbox.max_bytes, config.inbox.max_body_bytes
             ));
+    }
+    for relay in &config.relays {
+        if crate::policy::Target::parse(&relay.host).is_none() {
+            problems.push(format!(
+                "relays: {:?} is not a host name or an IP address",
+                relay.host
+            ));
+        }
+        if relay.port == 0 {
+            problems.push(format!("relays: {} has port 0 to relay to", relay.host));
+        }
+        if relay
+            .named_by
+            .as_deref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
+            problems.push(format!(
+                "relays: {} has an empty named_by; leave it out to let the policy decide",
+                relay.host
+            ));
+        }
     }
     for (service, target) in &config.webhooks {
         let port = target
@@ -337,6 +360,32 @@ mod tests {
         refuses(
             "resolver: {cache_min_ttl_seconds: 60, cache_max_ttl_seconds: 30}\n",
             "resolver.cache_min_ttl_seconds (60) is above resolver.cache_max_ttl_seconds (30)",
+        );
+    }
+
+    #[test]
+    fn a_relay_needs_a_host_a_port_and_a_listener_of_its_own() {
+        let loaded = parse_config(
+            &format!("{MINIMAL}relays:\n- {{listen: 127.0.0.1:5432, host: db.example.com, port: 6543, named_by: database.host}}\n"),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(loaded.config.relays[0].port, 6543);
+        refuses(
+            "relays:\n- {listen: 127.0.0.1:5432, host: \"db example\", port: 5432}\n",
+            "not a host name or an IP address",
+        );
+        refuses(
+            "relays:\n- {listen: 127.0.0.1:5432, host: db.example.com, port: 0}\n",
+            "port 0",
+        );
+        refuses(
+            "relays:\n- {listen: 127.0.0.1:3128, host: db.example.com, port: 5432}\n",
+            "127.0.0.1:3128 is used by two TCP listeners",
+        );
+        refuses(
+            "relays:\n- {listen: 127.0.0.1:5432, host: db.example.com, port: 5432, named_by: \" \"}\n",
+            "empty named_by",
         );
     }
 

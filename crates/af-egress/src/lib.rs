@@ -5,7 +5,8 @@
 //!   may ever be dialled.
 //! - listeners: the forward proxy (absolute-form HTTP and CONNECT, with the ClientHello's server
 //!   name checked against the CONNECT host), transparent HTTP and TLS for clients that ignore proxy
-//!   settings, the DNS responder, the SMTP sink.
+//!   settings, the DNS responder, the SMTP sink, and TCP relays to fixed destinations (an
+//!   external database).
 //! - capture: captured hosts are answered by the sidecar over plain HTTP, SMTP, and — with the
 //!   environment's capture CA ([`tls_capture`]) — over TLS.
 //! - records: the decision log (a bounded on-disk ring of JSON lines) and the capture inbox, read
@@ -36,6 +37,7 @@ pub mod inbox;
 mod metrics;
 pub mod policy;
 pub mod refusal;
+mod relay;
 mod request_host;
 mod resolve;
 mod server;

@@ -84,6 +84,9 @@ pub enum DenyReason {
     DnsMalformed { why: &'static str },
     /// Outbound mail, with mail capture off.
     Mail,
+    /// A relay's host that the policy captures: a capture is answered by the sidecar over HTTP or
+    /// SMTP, and a relayed protocol is neither.
+    CapturedNotRelayed,
 }
 
 impl fmt::Display for DenyReason {
@@ -103,6 +106,7 @@ impl fmt::Display for DenyReason {
             DenyReason::DnsNameNotHostName => f.write_str("dns-name-not-ldh"),
             DenyReason::DnsMalformed { why } => write!(f, "dns-malformed:{why}"),
             DenyReason::Mail => f.write_str("mail-denied"),
+            DenyReason::CapturedNotRelayed => f.write_str("captured-host-not-relayed"),
         }
     }
 }
@@ -219,10 +223,149 @@ pub fn choose_address(
     }
 }
 
+/// Who let a relay's host through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RelayPermit {
+    /// The manifest named the host for this relay; the text says where (`database.host`).
+    Named(String),
+    /// The policy's allow rule, as written.
+    Policy(String),
+}
+
+/// Decides a relay's fixed destination: named by the manifest, it is allowed without a rule; else
+/// the policy decides it as any other host, except that a capture refuses it.
+pub fn decide_relay(
+    host: &Target,
+    named_by: Option<&str>,
+    policy: &EgressPolicy,
+) -> Result<RelayPermit, DenyReason> {
+    if let Some(named_by) = named_by {
+        return Ok(RelayPermit::Named(named_by.to_string()));
+    }
+    match decide(host, policy) {
+        Decision::Allow { rule } => Ok(RelayPermit::Policy(rule)),
+        Decision::Capture { .. } => Err(DenyReason::CapturedNotRelayed),
+        Decision::Deny { reason } => Err(reason),
+    }
+}
+
+/// The address a relay dials among those its host resolved to. A host the policy allowed is held
+/// to the policy's address rules ([`choose_address`]). A host the manifest named may be at a
+/// private address — the runtime, not the workload, fixed it, so there is no rebinding to guard
+/// against from inside — but never at this machine's own (loopback, unspecified: the sidecar's
+/// control API is there), link-local (the cloud metadata endpoint) or multicast and broadcast
+/// addresses, whatever its DNS says.
+pub fn relay_address(
+    resolved: &[IpAddr],
+    permit: &RelayPermit,
+    policy: &EgressPolicy,
+) -> Result<(IpAddr, Option<String>), DenyReason> {
+    if let RelayPermit::Policy(_) = permit {
+        return choose_address(resolved, policy);
+    }
+    let never = |class: AddressClass| {
+        matches!(
+            class,
+            AddressClass::Unspecified
+                | AddressClass::Loopback
+                | AddressClass::LinkLocal
+                | AddressClass::Multicast
+                | AddressClass::Broadcast
+        )
+    };
+    if let Some(ip) = resolved.iter().find(|ip| !never(classify(**ip))) {
+        return Ok((*ip, None));
+    }
+    match resolved.first() {
+        Some(ip) => Err(DenyReason::ForbiddenAddress {
+            ip: *ip,
+            class: classify(*ip),
+        }),
+        None => Err(DenyReason::Unresolvable),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use af_manifest::{CaptureRule, parse_host_rule};
+
+    #[test]
+    fn a_relay_host_is_named_by_the_manifest_or_decided_by_the_policy() {
+        let p = policy(&["db.example.com", "10.9.0.0/16"], &["hooks.example.com"]);
+        let host = |h: &str| Target::parse(h).unwrap();
+        assert_eq!(
+            decide_relay(&host("other.example.net"), Some("database.host"), &p),
+            Ok(RelayPermit::Named("database.host".into()))
+        );
+        assert_eq!(
+            decide_relay(&host("db.example.com"), None, &p),
+            Ok(RelayPermit::Policy("db.example.com".into()))
+        );
+        assert_eq!(
+            decide_relay(&host("other.example.net"), None, &p),
+            Err(DenyReason::NotListed)
+        );
+        assert_eq!(
+            decide_relay(&host("hooks.example.com"), None, &p),
+            Err(DenyReason::CapturedNotRelayed)
+        );
+        assert_eq!(
+            decide_relay(&host("10.9.1.2"), None, &p),
+            Ok(RelayPermit::Policy("10.9.0.0/16".into()))
+        );
+    }
+
+    #[test]
+    fn a_named_relay_host_may_be_private_but_never_this_machine_or_link_local() {
+        let p = policy(&[], &[]);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let named = RelayPermit::Named("database.host".into());
+        for private in [
+            "10.1.2.3",
+            "192.168.5.5",
+            "100.64.0.9",
+            "fd00::5",
+            "93.184.216.34",
+        ] {
+            assert_eq!(
+                relay_address(&[ip(private)], &named, &p),
+                Ok((ip(private), None)),
+                "{private}"
+            );
+        }
+        for never in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "169.254.169.254",
+            "::1",
+            "fe80::1",
+            "224.0.0.1",
+        ] {
+            assert!(
+                matches!(
+                    relay_address(&[ip(never)], &named, &p),
+                    Err(DenyReason::ForbiddenAddress { .. })
+                ),
+                "{never}"
+            );
+        }
+        assert_eq!(
+            relay_address(&[ip("169.254.169.254"), ip("10.1.2.3")], &named, &p),
+            Ok((ip("10.1.2.3"), None)),
+            "a forbidden address is skipped, not dialled"
+        );
+        // The policy's permit keeps the policy's address rules.
+        let allowed = RelayPermit::Policy("db.example.com".into());
+        assert!(matches!(
+            relay_address(&[ip("10.1.2.3")], &allowed, &p),
+            Err(DenyReason::ForbiddenAddress { .. })
+        ));
+        assert_eq!(
+            relay_address(&[], &named, &p),
+            Err(DenyReason::Unresolvable)
+        );
+    }
 
     fn policy(allow: &[&str], capture: &[&str]) -> EgressPolicy {
         EgressPolicy {

@@ -258,6 +258,10 @@ fn next_step(reason: &DenyReason) -> &'static str {
             "send one question whose name is written whole: labels of at most 63 bytes, 255 in all"
         }
         DenyReason::Mail => "to capture outbound mail, set `egress.mail: capture`",
+        DenyReason::CapturedNotRelayed => {
+            "a captured host is answered over HTTP or SMTP, never relayed: take it out of \
+             `egress.capture`, or name it in `database.host`"
+        }
     }
 }
 

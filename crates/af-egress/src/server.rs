@@ -16,7 +16,7 @@ use crate::http_proxy::{self, HttpMode};
 use crate::inbox::Inbox;
 use crate::metrics::Metrics;
 use crate::resolve::Resolver;
-use crate::{control, dns, smtp, tunnel, upstream_pool};
+use crate::{control, dns, relay, smtp, tunnel, upstream_pool};
 
 /// The addresses a started sidecar actually listens on (port 0 in the configuration becomes the
 /// port the kernel chose).
@@ -28,6 +28,8 @@ pub struct BoundAddresses {
     pub dns: Option<SocketAddr>,
     pub smtp: Vec<SocketAddr>,
     pub smtps: Vec<SocketAddr>,
+    /// Each relay's listener, in the configuration's order.
+    pub relays: Vec<SocketAddr>,
     pub control: Option<SocketAddr>,
 }
 
@@ -134,6 +136,11 @@ pub async fn start(loaded: LoadedConfig) -> io::Result<RunningSidecar> {
         let listener = bind(*addr, "SMTPS").await?;
         addresses.smtps.push(listener.local_addr()?);
         tasks.spawn(smtp::serve_implicit_tls(listener, shared.clone()));
+    }
+    for relay_config in &config.relays {
+        let listener = bind(relay_config.listen, "a relay").await?;
+        addresses.relays.push(listener.local_addr()?);
+        tasks.spawn(relay::serve(listener, relay_config.clone(), shared.clone()));
     }
     let listener = bind(config.control.listen, "the control API").await?;
     addresses.control = Some(listener.local_addr()?);

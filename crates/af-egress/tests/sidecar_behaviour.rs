@@ -1706,3 +1706,101 @@ fn the_sidecars_own_lookups_are_bounded_checked_and_complete() {
         );
     });
 }
+
+/// A relay's destination is fixed by the configuration: a connection to a relay the manifest named
+/// reaches its host at a private address and is recorded with its bytes each way; one the policy
+/// allows by name reaches it through the policy's address rule; and the same private host is
+/// refused when only the policy would let it through (no address rule), as are an unlisted host,
+/// a captured one and a named host that resolves to the metadata address. Each refusal is judged
+/// where the packet would land: the private host counts every connection that reaches it, and
+/// only the named relay's arrives (the positive control, through the same sidecar).
+#[test]
+fn relays_reach_their_fixed_destination_when_decided_and_record_bytes_each_way() {
+    use tokio::io::AsyncReadExt;
+    in_private_network(|| async {
+        let private = tcp_origin(addr(PRIVATE, 5432)).await;
+        let public = tcp_origin(addr(ORIGIN, 5432)).await;
+        let relays = format!(
+            "relays:
+  - {{listen: {SIDECAR}:6001, host: db.private.test, port: 5432, named_by: database.host}}
+  - {{listen: {SIDECAR}:6002, host: api.allowed.test, port: 5432}}
+  - {{listen: {SIDECAR}:6003, host: rebind-private.allowed.test, port: 5432}}
+  - {{listen: {SIDECAR}:6004, host: unlisted.test, port: 5432}}
+  - {{listen: {SIDECAR}:6005, host: hooks.chat.test, port: 5432}}
+  - {{listen: {SIDECAR}:6006, host: rebind-metadata.allowed.test, port: 5432, named_by: database.host}}
+  - {{listen: {SIDECAR}:6007, host: {PRIVATE}, port: 5432}}
+"
+        );
+        let _sidecar = start_sidecar_resolving(
+            POLICY,
+            &relays,
+            &format!("    db.private.test: [{PRIVATE}]"),
+        )
+        .await;
+        let exchange = |port: u16| async move {
+            let mut client = TcpStream::connect(addr(SIDECAR, port)).await.unwrap();
+            // Refused connections are closed unread: the write may already find them gone.
+            let _ = client.write_all(b"startup-packet").await;
+            let _ = client.shutdown().await;
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
+                .await
+                .expect("the relay ends the connection");
+            String::from_utf8_lossy(&answer).into_owned()
+        };
+        assert_eq!(exchange(6001).await, "ack:14", "the named relay");
+        assert_eq!(
+            exchange(6002).await,
+            "ack:14",
+            "the relay the policy allows"
+        );
+        for refused in [6003, 6004, 6005, 6006, 6007] {
+            assert_eq!(exchange(refused).await, "", "relay on {refused}");
+        }
+        let records = decisions_once("?verdict=allow", |r| {
+            r["protocol"] == "relay" && r["host"] == "api.allowed.test" && r["bytes_down"] == 6
+        })
+        .await;
+        let named = records
+            .iter()
+            .find(|r| r["host"] == "db.private.test")
+            .expect("the named relay's record");
+        assert_eq!(named["method"], "TCP");
+        assert_eq!(named["rule"], "database.host");
+        assert_eq!(named["resolved"], format!("{PRIVATE}:5432"));
+        assert_eq!(named["bytes_up"], 14);
+        assert_eq!(named["bytes_down"], 6);
+        let allowed = records
+            .iter()
+            .find(|r| r["host"] == "api.allowed.test")
+            .unwrap();
+        assert_eq!(allowed["rule"], "api.allowed.test via 203.0.113.0/24");
+        let denied = decisions_once("?verdict=deny", |r| r["host"] == PRIVATE).await;
+        let reason = |host: &str| {
+            denied
+                .iter()
+                .find(|r| r["host"] == host && r["protocol"] == "relay")
+                .unwrap_or_else(|| panic!("no refusal of {host}: {denied:?}"))["rule"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(
+            reason("rebind-private.allowed.test"),
+            format!("resolved-to-private:{PRIVATE}")
+        );
+        assert_eq!(reason("unlisted.test"), "not-listed");
+        assert_eq!(reason("hooks.chat.test"), "captured-host-not-relayed");
+        assert_eq!(
+            reason("rebind-metadata.allowed.test"),
+            format!("resolved-to-link-local:{METADATA}")
+        );
+        assert_eq!(reason(PRIVATE), "ip-literal");
+        assert_eq!(
+            private.lock().unwrap().as_slice(),
+            ["14 bytes"],
+            "only the named relay's connection reached the private host"
+        );
+        assert_eq!(public.lock().unwrap().as_slice(), ["14 bytes"]);
+    });
+}

@@ -38,6 +38,28 @@ pub struct SidecarConfig {
     /// is refused (and recorded); with it, the sidecar answers it behind a certificate the CA signs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_capture: Option<TlsCaptureConfig>,
+    /// TCP relays to fixed destinations (an external database): each connection is decided,
+    /// relayed byte for byte and recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relays: Vec<RelayConfig>,
+}
+
+/// A TCP relay: a workload's connection to `listen` is relayed to `host:port`, a destination the
+/// runtime fixed (the workload never names it), after the decision. The bytes are relayed as they
+/// are: TLS inside them is not terminated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    pub listen: SocketAddr,
+    /// A host name or an IP literal.
+    pub host: String,
+    pub port: u16,
+    /// Set when the manifest names this host for this relay (`database.host`): then it is allowed
+    /// without an egress rule, at any address but the machine's own, link-local and multicast
+    /// ones, and the record's rule is this text. Unset, the egress policy decides the host as it
+    /// decides any other, addresses included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named_by: Option<String>,
 }
 
 /// The capture CA, each half inline (the Secret's content) or in a file. Its `Debug` never shows
@@ -325,6 +347,7 @@ impl SidecarConfig {
             webhooks: BTreeMap::new(),
             limits: Limits::default(),
             tls_capture: None,
+            relays: Vec::new(),
         }
     }
 
