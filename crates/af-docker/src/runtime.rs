@@ -53,6 +53,7 @@ impl LocalRuntime {
                     Capability::CronWithoutCommand,
                     Capability::HttpsCapture,
                     Capability::ContainerDatabase,
+                    Capability::ExternalDatabase,
                 ],
             ),
             probe_targets,
@@ -542,6 +543,7 @@ async fn contain(
                 policy: &manifest.egress,
                 webhooks: &webhooks,
                 capture_ca,
+                relay: placement.relay,
             },
         )
         .await
@@ -688,6 +690,11 @@ impl Runtime for LocalRuntime {
         // (AF-RUN-066, AF-RUN-067); the connection string is known before the server runs, so
         // that instances can be prepared with it while the probe runs.
         let wanted_database = self.wanted_database(environment).await?;
+        // An external database's URL is read and its host decided before anything is made
+        // (AF-RUN-060, 070, 071): the sidecar would refuse every connection to a host it does
+        // not allow.
+        let external_database =
+            crate::plan::external_database::wanted(manifest, |name| std::env::var(name).ok())?;
         let (internal, egress, capture_ca) = self.networks(env, &image, manifest, progress).await?;
         let networks::Addressing {
             layout,
@@ -698,13 +705,21 @@ impl Runtime for LocalRuntime {
             .map_err(RuntimeError::from)?;
         let targets = probe_targets(&self.probe_targets, &layout);
         let no_proxy = af_runtime::no_proxy(manifest.services.keys().map(String::as_str));
-        let database_variable =
-            wanted_database
-                .as_ref()
-                .map(|wanted| crate::plan::database::Variable {
-                    name: wanted.variable.clone(),
-                    url: wanted.connection.url(),
-                });
+        let database_variable = match (&wanted_database, &external_database) {
+            (Some(wanted), _) => Some(crate::plan::database::Variable {
+                name: wanted.variable.clone(),
+                url: wanted.connection.url(),
+            }),
+            (None, Some(external)) => Some(crate::plan::database::Variable {
+                name: external.variable.clone(),
+                url: crate::plan::external_database::services_url(
+                    &external.url,
+                    &external.relay,
+                    sidecar_ip,
+                ),
+            }),
+            (None, None) => None,
+        };
         let placement = Placement {
             env,
             engine_image: &image,
@@ -715,6 +730,7 @@ impl Runtime for LocalRuntime {
             no_proxy: &no_proxy,
             capture_ca: capture_ca.as_ref(),
             database: database_variable.as_ref(),
+            relay: external_database.as_ref().map(|external| &external.relay),
         };
         // The database's template, data and pod's holder are made while the probe runs, where
         // the network keeps the sidecar's address free (otherwise after the sidecar has it).

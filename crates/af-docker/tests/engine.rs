@@ -68,6 +68,7 @@ async fn prepare_sidecar(
             policy: &Default::default(),
             webhooks: &[],
             capture_ca: None,
+            relay: None,
         },
     )
     .await

@@ -63,6 +63,7 @@ fn planned(manifest: &Manifest) -> Plan {
         no_proxy: &no_proxy,
         capture_ca: manifest.egress.needs_capture_ca().then_some(&ca),
         database: None,
+        relay: None,
     };
     let images: BTreeMap<String, String> = manifest
         .services

@@ -59,7 +59,15 @@ const EGRESS_KEYS: [&str; 3] = ["allow", "capture", "mail"];
 const CAPTURE_KEYS: [&str; 2] = ["host", "response"];
 const RESPONSE_KEYS: [&str; 3] = ["status", "content_type", "body"];
 const FROM_ENV_KEYS: [&str; 1] = ["from_env"];
-const DATABASE_KEYS: [&str; 6] = ["provider", "engine", "image", "seed", "url_from_env", "env"];
+const DATABASE_KEYS: [&str; 7] = [
+    "provider",
+    "engine",
+    "image",
+    "seed",
+    "url_from_env",
+    "host",
+    "env",
+];
 /// Keys people write when they put a database secret inline; refused with advice, not as unknown.
 const DATABASE_SECRET_KEYS: [&str; 5] = ["url", "connection_string", "dsn", "password", "uri"];
 
@@ -960,6 +968,7 @@ fn read_database(reader: &mut Reader<'_>, entry: Entry<'_>) -> Option<Database> 
     let provider = match provider_name? {
         "container" => {
             only_for(reader, "url_from_env", "external");
+            only_for(reader, "host", "external");
             let image = optional(fields.get("image"), |n| reader.string(n, "database.image"));
             let seed = optional(fields.get("seed"), |n| reader.string(n, "database.seed"));
             Some(DatabaseProvider::Container {
@@ -970,6 +979,21 @@ fn read_database(reader: &mut Reader<'_>, entry: Entry<'_>) -> Option<Database> 
         _ => {
             only_for(reader, "image", "container");
             only_for(reader, "seed", "container");
+            let host = optional(fields.get("host"), |n| {
+                let text = reader.string(n, "database.host")?;
+                match parse_host_rule(&text) {
+                    Ok(rule @ (HostRule::Exact(_) | HostRule::Ip(_))) => Some(rule.to_string()),
+                    _ => {
+                        reader.report(
+                            ManifestCode::InvalidValue,
+                            location_of(n),
+                            format!("database.host {text:?} is not one host name or IP address"),
+                            "name the database's host exactly as its URL does (db.staging.example.com, 10.0.4.12): no wildcard, no network",
+                        );
+                        None
+                    }
+                }
+            });
             if wrote_secret_inline && fields.get("url_from_env").is_none() {
                 // Already reported with the advice to use url_from_env; saying it is missing too
                 // would be the same mistake twice.
@@ -980,7 +1004,10 @@ fn read_database(reader: &mut Reader<'_>, entry: Entry<'_>) -> Option<Database> 
                 .and_then(|n| {
                     let name = reader.string(n, "database.url_from_env")?;
                     if is_env_name(&name) {
-                        Some(DatabaseProvider::External { url_from_env: name })
+                        Some(DatabaseProvider::External {
+                            url_from_env: name,
+                            host: host.clone()?,
+                        })
                     } else {
                         let help = if name.contains("://") {
                             "this looks like the URL itself; put it in an environment variable and name the variable here"

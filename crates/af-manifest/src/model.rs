@@ -249,6 +249,11 @@ pub enum DatabaseProvider {
         seed: Option<PathBuf>,
     },
     /// An existing database; the connection string is read from this variable of the environment
-    /// `af` runs in, never from the manifest.
-    External { url_from_env: String },
+    /// `af` runs in, never from the manifest. The services reach it only through the sidecar.
+    External {
+        url_from_env: String,
+        /// The database's host (the one in the URL), named here so the sidecar may relay to it
+        /// without an egress rule, at a private address too. Unset, `egress.allow` must allow it.
+        host: Option<String>,
+    },
 }

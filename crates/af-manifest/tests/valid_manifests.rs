@@ -141,9 +141,39 @@ fn external_database_reads_its_url_from_the_environment() {
     assert_eq!(
         database.provider,
         DatabaseProvider::External {
-            url_from_env: "STAGING_DB".into()
+            url_from_env: "STAGING_DB".into(),
+            host: None,
         }
     );
+}
+
+#[test]
+fn an_external_database_may_name_its_host_for_the_sidecar() {
+    let manifest = af_manifest::parse(
+        "name: app\nruntime: {provider: local}\nservices: {api: {image: a}}\ndatabase: {provider: external, url_from_env: STAGING_DB, host: DB.Staging.Example.com.}\n",
+        "af.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        manifest.database.unwrap().provider,
+        DatabaseProvider::External {
+            url_from_env: "STAGING_DB".into(),
+            host: Some("db.staging.example.com".into()),
+        }
+    );
+    for bad in ["\"*.example.com\"", "10.0.0.0/8", "\"not a host\""] {
+        let errors = af_manifest::parse(
+            &format!("name: app\nruntime: {{provider: local}}\nservices: {{api: {{image: a}}}}\ndatabase: {{provider: external, url_from_env: STAGING_DB, host: {bad}}}\n"),
+            "af.yaml",
+        )
+        .unwrap_err();
+        assert!(
+            errors
+                .to_string()
+                .contains("is not one host name or IP address"),
+            "{bad}: {errors}"
+        );
+    }
 }
 
 #[test]

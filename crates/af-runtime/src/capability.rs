@@ -61,7 +61,7 @@ impl Capability {
                 "a database branch in a container (database.provider: container)"
             }
             Capability::ExternalDatabase => {
-                "an external database (database.provider: external): its services reach outside only through the sidecar's HTTP proxy, so a connection string would never connect"
+                "an external database (database.provider: external): this runtime's sidecar has no relay to it yet, and its services reach nothing outside but through the sidecar, so the connection string would never connect"
             }
             Capability::AnyStatusIsReady => "treating any HTTP status on health_path as ready",
             Capability::ClusterImageBuilds => {

@@ -76,6 +76,13 @@ pub enum RunCode {
     /// A database command (`af db ...`) for an environment that has no branch to act on.
     #[strum(serialize = "AF-RUN-069")]
     NoDatabaseBranch,
+    /// The external database's URL (read from `url_from_env`) is not one the sidecar can relay.
+    #[strum(serialize = "AF-RUN-070")]
+    ExternalDatabaseUrl,
+    /// The external database's host is neither named by `database.host` nor allowed by the egress
+    /// policy, so the sidecar would refuse every connection to it.
+    #[strum(serialize = "AF-RUN-071")]
+    ExternalDatabaseHostNotAllowed,
 }
 
 /// Who can act on an error, the first thing a person (or a controller deciding whether to retry)
@@ -124,7 +131,9 @@ impl RunCode {
             | RunCode::DatabaseImageMissing
             | RunCode::SeedFailed
             | RunCode::DatabaseNeverReady
-            | RunCode::NoDatabaseBranch => Category::Manifest,
+            | RunCode::NoDatabaseBranch
+            | RunCode::ExternalDatabaseUrl
+            | RunCode::ExternalDatabaseHostNotAllowed => Category::Manifest,
             RunCode::ContainmentRefused
             | RunCode::SidecarConfigInvalid
             | RunCode::NetlockFailed => Category::Containment,
@@ -154,7 +163,9 @@ impl RunCode {
             | RunCode::DatabaseImageMissing
             | RunCode::SeedFailed
             | RunCode::DatabaseNeverReady
-            | RunCode::NoDatabaseBranch => 4,
+            | RunCode::NoDatabaseBranch
+            | RunCode::ExternalDatabaseUrl
+            | RunCode::ExternalDatabaseHostNotAllowed => 4,
             RunCode::ContainmentRefused => 43,
             RunCode::Unsupported => 44,
             RunCode::NotOurs => 45,
@@ -388,6 +399,22 @@ pub enum RuntimeErrorKind {
         /// Why there is none: no container database in the manifest, or none running.
         reason: String,
     },
+    ExternalDatabaseUrl {
+        /// The variable of af's environment the URL was read from (never the URL: it holds the
+        /// password).
+        variable: String,
+        /// What is wrong with it, in words that quote nothing secret.
+        problem: String,
+    },
+    ExternalDatabaseHostNotAllowed {
+        variable: String,
+        /// The host in the URL.
+        host: String,
+        /// `database.host` when the manifest names another host.
+        named: Option<String>,
+        /// Why the egress policy refuses it (`not-listed`, `captured-host-not-relayed`).
+        reason: String,
+    },
 }
 
 /// An error from a runtime, carrying its code.
@@ -437,6 +464,10 @@ impl RuntimeError {
             RuntimeErrorKind::SeedFailed { .. } => RunCode::SeedFailed,
             RuntimeErrorKind::DatabaseNeverReady { .. } => RunCode::DatabaseNeverReady,
             RuntimeErrorKind::NoDatabaseBranch { .. } => RunCode::NoDatabaseBranch,
+            RuntimeErrorKind::ExternalDatabaseUrl { .. } => RunCode::ExternalDatabaseUrl,
+            RuntimeErrorKind::ExternalDatabaseHostNotAllowed { .. } => {
+                RunCode::ExternalDatabaseHostNotAllowed
+            }
         }
     }
 
@@ -550,6 +581,25 @@ impl RuntimeError {
                 environment,
                 reason,
             } => format!("environment {environment} has no database branch: {reason}"),
+            RuntimeErrorKind::ExternalDatabaseUrl { variable, problem } => format!(
+                "the external database's URL in {variable} cannot be relayed by the sidecar: {problem}"
+            ),
+            RuntimeErrorKind::ExternalDatabaseHostNotAllowed {
+                variable,
+                host,
+                named: Some(named),
+                ..
+            } => format!(
+                "the external database's URL in {variable} names host {host}, and database.host names {named}: the sidecar relays only to the host the manifest names"
+            ),
+            RuntimeErrorKind::ExternalDatabaseHostNotAllowed {
+                variable,
+                host,
+                named: None,
+                reason,
+            } => format!(
+                "the external database's host {host} (from {variable}) is not named by database.host and the egress policy does not allow it ({reason}): the sidecar would refuse every connection to it"
+            ),
         }
     }
 
@@ -587,6 +637,9 @@ impl RuntimeError {
             RuntimeErrorKind::SeedFailed { file, .. } => format!("fix the SQL in {file} (psql's message above names the line); it runs as the branch's owner, not a superuser, in one transaction with ON_ERROR_STOP; run af up again, which builds the template again"),
             RuntimeErrorKind::DatabaseNeverReady { .. } => "its last lines above say why; database.image must follow the official postgres image's contract (PGDATA, a postgres user, `postgres -c ...` as its command); af down removes what was created".to_string(),
             RuntimeErrorKind::NoDatabaseBranch { .. } => "a branch exists for a manifest with `database: {provider: container}` after af up; run af up first (af status shows the branch), or, for an external database, use its own tools".to_string(),
+            RuntimeErrorKind::ExternalDatabaseUrl { variable, .. } => format!("set {variable} to a postgres:// (or postgresql://) URL with exactly one host in its authority, not in its query (postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=...), then run af up again; nothing was created"),
+            RuntimeErrorKind::ExternalDatabaseHostNotAllowed { host, named: Some(_), .. } => format!("make database.host the URL's host ({host}), or point the variable at the database the manifest names, then run af up again; nothing was created"),
+            RuntimeErrorKind::ExternalDatabaseHostNotAllowed { host, .. } => format!("name it with `database.host: {host}` (the sidecar then relays to it at a private address too), or allow it in egress.allow, then run af up again; nothing was created"),
         }
     }
 }
@@ -633,6 +686,8 @@ mod tests {
                 "AF-RUN-067",
                 "AF-RUN-068",
                 "AF-RUN-069",
+                "AF-RUN-070",
+                "AF-RUN-071",
             ]
         );
     }

@@ -19,6 +19,7 @@
 
 pub mod containers;
 pub mod database;
+pub mod external_database;
 pub mod hardening;
 pub mod ingress;
 pub mod networks;
@@ -229,6 +230,7 @@ fn sidecar_body(
         policy,
         webhooks,
         capture_ca: at.capture_ca,
+        relay: at.relay,
     };
     Ok((
         names::container(at.env, "sidecar"),

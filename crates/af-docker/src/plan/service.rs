@@ -31,6 +31,8 @@ pub struct Placement<'a> {
     /// The environment's database, when it has a branch: every application and migration
     /// container gets its connection string.
     pub database: Option<&'a crate::plan::database::Variable>,
+    /// The sidecar's relay to an external database.
+    pub relay: Option<&'a crate::plan::external_database::Relay>,
 }
 
 /// The role names of instance `index` of `service`.

@@ -5,11 +5,12 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use af_manifest::{EgressPolicy, EnvironmentId};
 use af_sidecar_api::SidecarConfig;
-use af_sidecar_api::config::{ControlConfig, DnsConfig, Listeners, TlsCaptureConfig};
+use af_sidecar_api::config::{ControlConfig, DnsConfig, Listeners, RelayConfig, TlsCaptureConfig};
 use bollard::models::ContainerCreateBody;
 
 use crate::error::{DockerError, internal};
 use crate::names;
+use crate::plan::external_database::Relay;
 use crate::plan::trust::CaptureCa;
 
 pub const PROXY_PORT: u16 = 3128;
@@ -17,6 +18,23 @@ pub const PROXY_PORT: u16 = 3128;
 pub const DNS_PORT: u16 = 53;
 
 pub const CONTROL_PORT: u16 = 9901;
+
+pub const HTTP_PORT: u16 = 80;
+pub const TLS_PORT: u16 = 443;
+pub const SMTP_PORTS: [u16; 2] = [25, 587];
+pub const SMTPS_PORT: u16 = 465;
+
+/// Every TCP port the sidecar serves on its own: a relay cannot listen on one of them.
+pub const SERVED_PORTS: [u16; 8] = [
+    PROXY_PORT,
+    HTTP_PORT,
+    TLS_PORT,
+    DNS_PORT,
+    SMTP_PORTS[0],
+    SMTP_PORTS[1],
+    SMTPS_PORT,
+    CONTROL_PORT,
+];
 
 /// The address a subnet's host number `index` has (`172.20.0.0/16`, 2 → 172.20.0.2).
 pub fn host_in(subnet: &str, index: u32) -> Option<Ipv4Addr> {
@@ -32,15 +50,21 @@ pub const CONFIG_VARIABLE: &str = "AF_PROXY_CONFIG_TEXT=";
 
 /// The sidecar's configuration: every listener on all of its addresses, the control API answering
 /// only on the egress side (a connection arriving on `internal_ip`, the services' side, is closed
-/// unread), outside names resolved to `internal_ip`, webhooks to each service by name.
+/// unread), outside names resolved to `internal_ip`, webhooks to each service by name, and the
+/// external database's relay on the services' side only.
 pub fn config(
     env: &EnvironmentId,
-    policy: &EgressPolicy,
+    spec: &SidecarSpec<'_>,
     internal_ip: Ipv4Addr,
     token: &str,
-    webhooks: &[(String, u16)],
-    capture_ca: Option<&CaptureCa>,
 ) -> SidecarConfig {
+    let SidecarSpec {
+        policy,
+        webhooks,
+        capture_ca,
+        relay,
+        ..
+    } = *spec;
     let any = |port: u16| SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
     let mut control = ControlConfig::inline(any(CONTROL_PORT), token.to_string());
     control.workload_addresses = vec![IpAddr::V4(internal_ip)];
@@ -48,11 +72,11 @@ pub fn config(
         env.as_str(),
         Listeners {
             proxy: Some(any(PROXY_PORT)),
-            http: Some(any(80)),
-            tls: Some(any(443)),
+            http: Some(any(HTTP_PORT)),
+            tls: Some(any(TLS_PORT)),
             dns: Some(any(DNS_PORT)),
-            smtp: vec![any(25), any(587)],
-            smtps: vec![any(465)],
+            smtp: SMTP_PORTS.iter().map(|port| any(*port)).collect(),
+            smtps: vec![any(SMTPS_PORT)],
         },
         control,
     );
@@ -64,6 +88,15 @@ pub fn config(
         .map(|(service, port)| (service.clone(), format!("{service}:{port}")))
         .collect();
     config.tls_capture = capture_ca.map(|ca| TlsCaptureConfig::inline(&ca.pem));
+    config.relays = relay
+        .map(|relay| RelayConfig {
+            listen: SocketAddr::from((internal_ip, relay.listen_port)),
+            host: relay.host.clone(),
+            port: relay.port,
+            named_by: relay.named_by.clone(),
+        })
+        .into_iter()
+        .collect();
     config
 }
 
@@ -79,6 +112,8 @@ pub struct SidecarSpec<'a> {
     /// Each service that takes webhooks, and its port.
     pub webhooks: &'a [(String, u16)],
     pub capture_ca: Option<&'a CaptureCa>,
+    /// The external database's relay.
+    pub relay: Option<&'a Relay>,
 }
 
 /// Everything a sidecar is made from, as a digest; unchanged, a second `up` keeps it as it runs
@@ -88,6 +123,10 @@ pub fn spec_digest(spec: &SidecarSpec<'_>) -> Result<String, DockerError> {
         .map_err(|e| internal("writing the sidecar configuration", e))?;
     let webhook_text = format!("{:?}", spec.webhooks);
     let ca_cert = spec.capture_ca.map_or("", |ca| ca.pem.cert.as_str());
+    let relay_text = spec
+        .relay
+        .map(|relay| format!("{relay:?}"))
+        .unwrap_or_default();
     Ok(names::spec_digest(&[
         spec.image,
         spec.internal,
@@ -95,6 +134,7 @@ pub fn spec_digest(spec: &SidecarSpec<'_>) -> Result<String, DockerError> {
         &policy_text,
         &webhook_text,
         ca_cert,
+        &relay_text,
     ]))
 }
 
@@ -106,16 +146,9 @@ pub fn body(
     internal_ip: Ipv4Addr,
     token: &str,
 ) -> Result<ContainerCreateBody, DockerError> {
-    let text = config(
-        env,
-        spec.policy,
-        internal_ip,
-        token,
-        spec.webhooks,
-        spec.capture_ca,
-    )
-    .to_text()
-    .map_err(|e| internal("writing the sidecar configuration", e))?;
+    let text = config(env, &spec, internal_ip, token)
+        .to_text()
+        .map_err(|e| internal("writing the sidecar configuration", e))?;
     Ok(crate::plan::containers::sidecar(
         env,
         spec.image,
@@ -157,21 +190,40 @@ mod tests {
             allow: vec![af_manifest::parse_host_rule("api.stripe.com").unwrap()],
             ..EgressPolicy::default()
         };
-        let config = config(
-            &env,
-            &policy,
-            Ipv4Addr::new(172, 20, 0, 2),
-            "0123456789abcdef0123",
-            &[("web".to_string(), 8080)],
-            None,
-        );
+        let webhooks = [("web".to_string(), 8080)];
+        let relay = Relay {
+            host: "db.staging.example.com".into(),
+            port: 6543,
+            listen_port: 6543,
+            named_by: Some("database.host".into()),
+        };
+        let mut spec = SidecarSpec {
+            image: "engine",
+            internal: "internal",
+            egress: "egress",
+            policy: &policy,
+            webhooks: &webhooks,
+            capture_ca: None,
+            relay: Some(&relay),
+        };
+        let internal_ip = Ipv4Addr::new(172, 20, 0, 2);
+        let config = config(&env, &spec, internal_ip, "0123456789abcdef0123");
         let loaded = read_by_the_sidecar(&config);
         assert_eq!(loaded.control_token, "0123456789abcdef0123");
         assert_eq!(
             loaded.config.control.workload_addresses,
-            [IpAddr::V4(Ipv4Addr::new(172, 20, 0, 2))]
+            [IpAddr::V4(internal_ip)]
         );
         assert_eq!(loaded.config.webhooks["web"], "web:8080");
+        assert_eq!(
+            loaded.config.relays[0].listen,
+            SocketAddr::from((internal_ip, 6543)),
+            "the relay listens on the services' side only"
+        );
+        assert_eq!(
+            loaded.config.relays[0].named_by.as_deref(),
+            Some("database.host")
+        );
         assert!(loaded.capture_ca.is_none());
 
         let ca = CaptureCa {
@@ -179,14 +231,10 @@ mod tests {
             pem: af_sidecar_api::new_ca(env.as_str()).unwrap(),
             with_system_store: true,
         };
-        let config = super::config(
-            &env,
-            &policy,
-            Ipv4Addr::new(172, 20, 0, 2),
-            "0123456789abcdef0123",
-            &[],
-            Some(&ca),
-        );
+        spec.capture_ca = Some(&ca);
+        spec.relay = None;
+        let config = super::config(&env, &spec, internal_ip, "0123456789abcdef0123");
+        assert!(config.relays.is_empty());
         assert!(
             read_by_the_sidecar(&config).capture_ca.is_some(),
             "the sidecar loads the CA"
