@@ -27,13 +27,24 @@ use crate::{
 /// How long a service's port may take to open.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(60);
 
-#[derive(Debug)]
 pub struct LocalRuntime {
     docker: Docker,
     capabilities: Capabilities,
     /// Where the probe's and the gates' routes go (`--public-tcp ...`); empty for the real
     /// defaults.
     probe_targets: Vec<String>,
+    /// af's own environment, where the manifest's `from_env` values and an external database's
+    /// URL are read: the process's, unless [`LocalRuntime::with_variables`] says otherwise.
+    variables: std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+}
+
+impl std::fmt::Debug for LocalRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalRuntime")
+            .field("capabilities", &self.capabilities)
+            .field("probe_targets", &self.probe_targets)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LocalRuntime {
@@ -57,7 +68,20 @@ impl LocalRuntime {
                 ],
             ),
             probe_targets,
+            variables: std::sync::Arc::new(|name: &str| std::env::var(name).ok()),
         }
+    }
+
+    /// Reads af's own environment through `variables` instead of the process's: for a program
+    /// that runs environments with values of its own (the conformance harness gives its external
+    /// database's URL this way), since a process's variables cannot be changed safely once it
+    /// runs threads.
+    pub fn with_variables(
+        mut self,
+        variables: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> LocalRuntime {
+        self.variables = std::sync::Arc::new(variables);
+        self
     }
 
     /// Removes the instances `manifest` no longer has (a service removed, replicas lowered);
@@ -682,7 +706,7 @@ impl Runtime for LocalRuntime {
         for capability in wanted_capabilities(&environment.manifest) {
             self.capabilities.require(capability)?;
         }
-        af_runtime::require_env_values(&environment.manifest)?;
+        af_runtime::require_env_values_in(&environment.manifest, &*self.variables)?;
         let manifest = &environment.manifest;
         let env = &environment.id;
         let (image, images) = self.images(environment, progress).await?;
@@ -693,8 +717,7 @@ impl Runtime for LocalRuntime {
         // An external database's URL is read and its host decided before anything is made
         // (AF-RUN-060, 070, 071): the sidecar would refuse every connection to a host it does
         // not allow.
-        let external_database =
-            crate::plan::external_database::wanted(manifest, |name| std::env::var(name).ok())?;
+        let external_database = crate::plan::external_database::wanted(manifest, &*self.variables)?;
         let (internal, egress, capture_ca) = self.networks(env, &image, manifest, progress).await?;
         let networks::Addressing {
             layout,
@@ -731,6 +754,7 @@ impl Runtime for LocalRuntime {
             capture_ca: capture_ca.as_ref(),
             database: database_variable.as_ref(),
             relay: external_database.as_ref().map(|external| &external.relay),
+            variables: crate::plan::service::Variables(&*self.variables),
         };
         // The database's template, data and pod's holder are made while the probe runs, where
         // the network keeps the sidecar's address free (otherwise after the sidecar has it).

@@ -598,3 +598,310 @@ async fn a_failing_seed_and_a_missing_image_stop_up_with_their_codes_and_leave_n
     assert!(made.is_empty(), "nothing is started: {made:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The "existing database" of `provider: external`: PostgreSQL (the database image) at `ip` on an
+/// outside network of the test's own, answering to `name` there, logging every connection it
+/// receives. Removed when dropped, before its network.
+struct ExternalServer {
+    docker: Docker,
+    container: String,
+}
+
+const EXTERNAL_PASSWORD: &str = "external-password-0123";
+
+impl ExternalServer {
+    async fn start(docker: &Docker, outside: &support::Outside, ip: &str, name: &str) -> Self {
+        use bollard::models::{
+            ContainerCreateBody, EndpointIpamConfig, EndpointSettings, NetworkingConfig,
+        };
+        let container = format!("{}-external-db", outside.network);
+        let server = ExternalServer {
+            docker: docker.clone(),
+            container: container.clone(),
+        };
+        let _ = one_shot::remove(docker, &container).await;
+        let body = ContainerCreateBody {
+            image: Some(support::db_image()),
+            user: Some("postgres".into()),
+            env: Some(vec![
+                format!("POSTGRES_PASSWORD={EXTERNAL_PASSWORD}"),
+                "POSTGRES_USER=ext".into(),
+                "POSTGRES_DB=orders".into(),
+            ]),
+            cmd: Some(
+                ["postgres", "-c", "log_connections=on"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            networking_config: Some(NetworkingConfig {
+                endpoints_config: Some(std::collections::HashMap::from([(
+                    outside.network.clone(),
+                    EndpointSettings {
+                        aliases: Some(vec![name.to_string()]),
+                        ipam_config: Some(EndpointIpamConfig {
+                            ipv4_address: Some(ip.to_string()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                )])),
+            }),
+            ..Default::default()
+        };
+        docker
+            .create_container(
+                Some(
+                    bollard::query_parameters::CreateContainerOptionsBuilder::new()
+                        .name(&container)
+                        .build(),
+                ),
+                body,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("creating {container}: {e}"));
+        docker
+            .start_container(
+                &container,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .unwrap();
+        // Ready once it answers over TCP (its first start makes the cluster, then restarts).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let ready = one_shot::exec(
+                docker,
+                &container,
+                "postgres",
+                ["pg_isready", "-h", ip, "-p", "5432"]
+                    .map(String::from)
+                    .to_vec(),
+                Vec::new(),
+            )
+            .await
+            .is_ok_and(|ran| ran.exit_code == 0);
+            if ready {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the external database never answered: {}",
+                af_docker::service::last_log_lines(docker, &container, 20).await
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        server
+    }
+
+    /// The addresses it logged a connection from, in order.
+    async fn arrivals(&self) -> Vec<String> {
+        af_docker::plan::database::connections_received(
+            &af_docker::service::last_log_lines(&self.docker, &self.container, 100_000).await,
+        )
+    }
+
+    /// [`Self::arrivals`] once `from` is among them after the first `known`; for up to 10 s.
+    async fn arrival_from(&self, known: usize, from: &str) -> Vec<String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let seen = self.arrivals().await;
+            if seen.iter().skip(known).any(|a| a == from) || std::time::Instant::now() >= deadline {
+                return seen;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for ExternalServer {
+    fn drop(&mut self) {
+        let (docker, container) = (self.docker.clone(), self.container.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _ = runtime.block_on(one_shot::remove(&docker, &container));
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+/// A manifest whose service `api` (the database image sleeping: its psql is the client) uses an
+/// external database read from `EXTERNAL_URL`, with `database_lines` more under `database:`.
+fn external_manifest(tag: &str, database_lines: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("af-db-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("af.yaml"),
+        format!(
+            "name: afdb\nruntime: {{provider: local}}\nservices:\n  api:\n    image: {db}\n    command: [sleep, infinity]\ndatabase:\n  provider: external\n  url_from_env: EXTERNAL_URL\n{database_lines}",
+            db = support::db_image(),
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// `provider: external`: the service reaches an existing database only through the sidecar's
+/// relay — its connection string keeps the database's name, which inside the environment is the
+/// sidecar's — and every connection is in the decision log with its bytes each way. Judged at the
+/// database's own log of the connections it received: through the relay they come from the
+/// sidecar; the service's direct route to the database's address lands nowhere, while a client on
+/// the database's network (the positive control) lands at once, with nothing before it. A host the
+/// manifest neither names nor allows stops `af up` before anything is made (AF-RUN-071).
+#[tokio::test]
+async fn an_external_database_is_reached_only_through_the_sidecar_and_recorded() {
+    let (docker, image) = support::daemon_and_engine().await;
+    let outside = support::Outside::create(&docker, &image, "extdb", "10.214.91.0/24").await;
+    let server = ExternalServer::start(&docker, &outside, "10.214.91.20", "db.external.test").await;
+    // Its readiness check connected from its own address; what arrives after is the test's.
+    let known = server.arrival_from(0, "10.214.91.20").await.len();
+    let url = format!("postgres://ext:{EXTERNAL_PASSWORD}@db.external.test:5432/orders");
+    let variables = {
+        let url = url.clone();
+        move |name: &str| (name == "EXTERNAL_URL").then(|| url.clone())
+    };
+    let runtime =
+        LocalRuntime::new(docker.clone(), support::unanswered_targets()).with_variables(variables);
+
+    // Neither named nor allowed: refused before anything exists.
+    let refused_dir = external_manifest("ext-refused", "");
+    let refused = environment(&refused_dir, "ext-refused");
+    let _refused_cleanup = support::Teardown(docker.clone(), refused.id.clone());
+    let err = runtime.up(&refused, &Quiet).await.unwrap_err();
+    assert_eq!(err.code(), RunCode::ExternalDatabaseHostNotAllowed, "{err}");
+    assert!(!err.to_string().contains(EXTERNAL_PASSWORD), "{err}");
+    assert!(
+        af_docker::teardown::containers(&docker, &refused.id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing was made"
+    );
+
+    let dir = external_manifest("ext", "  host: db.external.test\n");
+    let env = environment(&dir, "ext");
+    let _cleanup = support::Teardown(docker.clone(), env.id.clone());
+    runtime
+        .up(&env, &Quiet)
+        .await
+        .unwrap_or_else(|e| panic!("up: {e}"));
+    let api = af_docker::names::container(&env.id, "api-0");
+    let holder = af_docker::names::container(&env.id, "api-0-holder");
+    let sidecar = af_docker::names::container(&env.id, "sidecar");
+    // The sidecar's egress side reaches the database's network, as its route out would.
+    docker
+        .connect_network(
+            &outside.network,
+            bollard::models::NetworkConnectRequest {
+                container: sidecar.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let sidecar_there = address_of(&docker, &sidecar, &outside.network).await;
+    let given = inspect(&docker, &api)
+        .await
+        .config
+        .and_then(|c| c.env)
+        .unwrap_or_default();
+    assert!(
+        given.contains(&format!("DATABASE_URL={url}")),
+        "the service's connection string keeps the database's name"
+    );
+
+    // Through the relay: a write and a read with the service's own connection string.
+    let said = answer(
+        &docker,
+        &api,
+        "CREATE TABLE relayed (item text); INSERT INTO relayed VALUES ('through the sidecar'); SELECT item FROM relayed;",
+    )
+    .await;
+    assert_eq!(said, "through the sidecar");
+    let seen = server.arrival_from(known, &sidecar_there).await;
+    assert_eq!(
+        seen[known..],
+        [sidecar_there.clone()],
+        "the database saw the sidecar and nothing else"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let record = loop {
+        let log = runtime
+            .net_log(&env.id, &af_runtime::DecisionQuery::default())
+            .await
+            .unwrap();
+        if let Some(record) = log.into_iter().find(|r| r.protocol == "relay") {
+            break record;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no relay record in the decision log"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(record.verdict, af_runtime::Verdict::Allow);
+    assert_eq!(
+        (record.host.as_str(), record.port),
+        ("db.external.test", 5432)
+    );
+    assert_eq!(record.resolved, "10.214.91.20:5432");
+    assert_eq!(record.rule, "database.host");
+    assert!(
+        record.bytes_up > 100 && record.bytes_down > 100,
+        "bytes each way: {record:?}"
+    );
+    assert_eq!(
+        record.client,
+        address_of(
+            &docker,
+            &holder,
+            &af_docker::names::internal_network(&env.id)
+        )
+        .await
+    );
+
+    // The direct route: the service aims at the database's own address, and fails.
+    let (status, said) = psql(
+        &docker,
+        &api,
+        Some(&format!(
+            "postgres://ext:{EXTERNAL_PASSWORD}@10.214.91.20:5432/orders?connect_timeout=3"
+        )),
+        "SELECT 1;",
+    )
+    .await;
+    assert_ne!(
+        status, 0,
+        "the service reached the database directly: {said}"
+    );
+    // Positive control: a client on the database's network lands at once, and the log holds
+    // nothing between the sidecar's connection and it.
+    let control = one_shot::start_holder(&docker, &env.id, "ext-control", &image, &outside.network)
+        .await
+        .unwrap();
+    let control_ip = address_of(&docker, &control, &outside.network).await;
+    let control_client = one_shot::OneShot {
+        role: "ext-control-client".into(),
+        image: support::db_image(),
+        args: ["pg_isready", "-h", "10.214.91.20", "-p", "5432"]
+            .map(String::from)
+            .to_vec(),
+        network_mode: format!("container:{control}"),
+        user: Some("postgres".into()),
+        ..Default::default()
+    };
+    let probe = one_shot::run(&docker, &env.id, &control_client)
+        .await
+        .unwrap();
+    let after = server.arrival_from(seen.len(), &control_ip).await;
+    assert_eq!(
+        after[seen.len()..].first(),
+        Some(&control_ip),
+        "the positive control landed, with nothing before it: {after:?} ({})",
+        probe.stdout
+    );
+    drop(server);
+}

@@ -64,6 +64,7 @@ fn planned(manifest: &Manifest) -> Plan {
         capture_ca: manifest.egress.needs_capture_ca().then_some(&ca),
         database: None,
         relay: None,
+        variables: af_docker::plan::service::Variables(&|_| None),
     };
     let images: BTreeMap<String, String> = manifest
         .services

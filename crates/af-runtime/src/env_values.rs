@@ -35,7 +35,15 @@ pub fn missing_env_values(
 
 /// AF-RUN-060 unless every value `manifest` takes from af's environment is set there.
 pub fn require_env_values(manifest: &Manifest) -> Result<(), RuntimeError> {
-    let missing = missing_env_values(manifest, |name| std::env::var(name).ok());
+    require_env_values_in(manifest, |name| std::env::var(name).ok())
+}
+
+/// [`require_env_values`] with af's environment read through `lookup`.
+pub fn require_env_values_in(
+    manifest: &Manifest,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<(), RuntimeError> {
+    let missing = missing_env_values(manifest, lookup);
     if missing.is_empty() {
         Ok(())
     } else {

@@ -20,7 +20,7 @@ pub use af_sidecar_api::records::{
     WebhookRequest,
 };
 pub use capability::{Capabilities, Capability};
-pub use env_values::{missing_env_values, require_env_values};
+pub use env_values::{missing_env_values, require_env_values, require_env_values_in};
 pub use error::{
     Category, FindingKind, NETLOCK_CAUSE_FOLLOWS, PodFailureKind, RouteFinding, RunCode,
     RuntimeError, RuntimeErrorKind,

@@ -34,9 +34,9 @@ pub struct Instance {
 /// (At the probe's 250 ms, `af up` paid half a second for rounds that could not differ.)
 pub(crate) const ROUND_INTERVAL_MS: &str = "10";
 
-/// [`environment_with`] af's own environment.
+/// [`environment_with`] af's own environment, as the placement reads it.
 fn environment_at(at: Placement<'_>, service: &Service) -> Result<Vec<String>, DockerError> {
-    environment_with(at, service, &|name| std::env::var(name).ok())
+    environment_with(at, service, &|name| at.variables.get(name))
 }
 
 /// The first half of a pod, which needs nothing of the sidecar but its address: the holder (on the

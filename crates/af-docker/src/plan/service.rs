@@ -33,6 +33,26 @@ pub struct Placement<'a> {
     pub database: Option<&'a crate::plan::database::Variable>,
     /// The sidecar's relay to an external database.
     pub relay: Option<&'a crate::plan::external_database::Relay>,
+    /// af's own environment, where the manifest's `from_env` values are read.
+    pub variables: Variables<'a>,
+}
+
+/// af's own environment as the runtime reads it: the process's, or a stand-in a test or an
+/// embedding program gives ([`crate::LocalRuntime::with_variables`]).
+#[derive(Clone, Copy)]
+pub struct Variables<'a>(pub &'a (dyn Fn(&str) -> Option<String> + Send + Sync));
+
+impl Variables<'_> {
+    pub fn get(&self, name: &str) -> Option<String> {
+        (self.0)(name)
+    }
+}
+
+impl std::fmt::Debug for Variables<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the values: they are secrets more often than not.
+        f.write_str("Variables(..)")
+    }
 }
 
 /// The role names of instance `index` of `service`.
