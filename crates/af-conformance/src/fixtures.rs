@@ -2,7 +2,10 @@
 //! conformance agent (`af-proxy agent`), so nothing is built or pulled unless a behaviour is
 //! about building.
 
-use crate::harness::{ORIGIN_CIDR, ORIGIN_NAME, OutsideAddresses, REBIND_NAME};
+use crate::harness::{
+    EXTERNAL_DATABASE_NAME, EXTERNAL_DATABASE_VARIABLE, ORIGIN_CIDR, ORIGIN_NAME, OutsideAddresses,
+    REBIND_NAME,
+};
 
 /// A captured host with a canned answer the behaviours recognise.
 pub const CAPTURED_NAME: &str = "captured.conformance.test";
@@ -63,6 +66,15 @@ pub fn main(image: &str) -> String {
 pub fn with_database(image: &str, database_image: &str, service: &str) -> String {
     format!(
         "{}database:\n  provider: container\n  image: {database_image}\n",
+        manifest("afc", image, &[agent(service, &[], "")], "")
+    )
+}
+
+/// An agent `service` and an external database, named for the sidecar's relay by `database.host`
+/// (no egress rule allows it).
+pub fn with_external_database(image: &str, service: &str) -> String {
+    format!(
+        "{}database:\n  provider: external\n  url_from_env: {EXTERNAL_DATABASE_VARIABLE}\n  host: {EXTERNAL_DATABASE_NAME}\n",
         manifest("afc", image, &[agent(service, &[], "")], "")
     )
 }

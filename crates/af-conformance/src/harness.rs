@@ -18,6 +18,17 @@ pub const ORIGIN_CIDR: &str = "198.51.100.0/24";
 /// Allowed by name, and resolving to a private address (the operator host's): DNS rebinding.
 pub const REBIND_NAME: &str = "rebind.conformance.test";
 
+/// The external database of `database: {provider: external}`: a name of the operator host (a
+/// private address), whose TCP listener on 3128 counts every connection that reaches it.
+pub const EXTERNAL_DATABASE_NAME: &str = "database.conformance.test";
+/// The variable the external database's fixture reads its URL from; the harness's runtime has it
+/// ([`EXTERNAL_DATABASE_URL`]), the process need not.
+pub const EXTERNAL_DATABASE_VARIABLE: &str = "AF_CONFORMANCE_DATABASE_URL";
+/// Its URL: on 3128, a port the sidecar serves itself, so the relay listens on 5432 and the
+/// services' connection string says so.
+pub const EXTERNAL_DATABASE_URL: &str =
+    "postgres://conformance:not-a-secret@database.conformance.test:3128/conformance";
+
 /// The outside hosts, as routes address them (`ip`, without a port).
 #[derive(Clone, Debug)]
 pub struct OutsideAddresses {

@@ -50,7 +50,14 @@ impl LocalHarness {
             .await
             .map_err(text)?;
         let outside = Outside::create(&docker, &image, tag).await?;
-        let runtime = LocalRuntime::new(docker.clone(), outside.probe_targets());
+        let runtime =
+            LocalRuntime::new(docker.clone(), outside.probe_targets()).with_variables(|name| {
+                if name == crate::harness::EXTERNAL_DATABASE_VARIABLE {
+                    Some(crate::harness::EXTERNAL_DATABASE_URL.to_string())
+                } else {
+                    std::env::var(name).ok()
+                }
+            });
         let scratch =
             std::env::temp_dir().join(format!("af-conformance-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&scratch).map_err(text)?;

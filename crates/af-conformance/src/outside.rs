@@ -11,7 +11,9 @@ use af_docker::{one_shot, teardown};
 use af_manifest::EnvironmentId;
 use bollard::Docker;
 
-use crate::harness::{ORIGIN_NAME, OutsideAddresses, REBIND_NAME, RouteOutcome};
+use crate::harness::{
+    EXTERNAL_DATABASE_NAME, ORIGIN_NAME, OutsideAddresses, REBIND_NAME, RouteOutcome,
+};
 use crate::text;
 
 #[derive(Debug)]
@@ -41,7 +43,7 @@ impl Outside {
         let mut metadata = host("metadata", "169.254.169.0/24", Program::Server);
         metadata.host_number = 254;
         let mut operator = host("operator", "10.214.77.0/24", Program::Server);
-        operator.aliases = vec![REBIND_NAME.to_string()];
+        operator.aliases = vec![REBIND_NAME.to_string(), EXTERNAL_DATABASE_NAME.to_string()];
         let mut global6 = host("v6", "198.18.5.0/24", Program::Server);
         global6.v6 = Some(("2001:db8:5::/64".into(), "10".into()));
         // Not 192.0.2.0/24 for its IPv4 side, which a machine's own network may be (this kind's

@@ -1,10 +1,11 @@
 //! Database: an environment's branch (`database: {provider: container}`), reached from its own
-//! services and from nothing outside the environment, and apart from every other environment's.
+//! services and from nothing outside the environment, and apart from every other environment's;
+//! an external database (`provider: external`), reached only through the sidecar's relay.
 
 use af_manifest::EnvironmentId;
 use af_runtime::Capability;
 
-use super::{check, require, try_inside, try_outside};
+use super::{check, decisions, landed, nothing_arrived, require, try_inside, try_outside};
 use crate::behaviour::{Area, Behaviour};
 use crate::context::Ctx;
 use crate::fixtures;
@@ -18,6 +19,13 @@ pub fn all() -> Vec<Behaviour> {
         check,
     };
     vec![
+        Behaviour {
+            name: "external_database_reached_only_through_the_sidecar_and_recorded",
+            area: Area::Database,
+            needs: Some(Capability::ExternalDatabase),
+            proves: "a service reaches an external database through the sidecar's relay, which records the connection; its direct route to the database's address arrives nowhere, judged at the database host's own count of connections",
+            check: external_through_the_sidecar,
+        },
         b(
             "database_branch_reached_from_its_services_and_nothing_else",
             "a service reaches its environment's database server; another environment's service and a client on the platform's other networks do not, judged by the server's own log of the connections it received",
@@ -176,5 +184,62 @@ check!(separate, ctx, {
     })?;
     Ok(format!(
         "{table} in {our_branch} only; gone after its reset"
+    ))
+});
+
+check!(external_through_the_sidecar, ctx, {
+    let id = ctx
+        .shared(
+            "external-database",
+            &fixtures::with_external_database(ctx.harness.engine_image(), "agent"),
+        )
+        .await?;
+    let (control, _) = ctx.harness.control_api(&id).await?;
+    let sidecar = control
+        .rsplit_once(':')
+        .map(|(ip, _)| ip.to_string())
+        .ok_or_else(|| format!("the sidecar's address {control:?}"))?;
+    let database = ctx.harness.outside().operator.clone();
+    // The relay listens on PostgreSQL's port: the URL's own (3128) is one the sidecar serves.
+    let relay = format!("relay=tcp:{sidecar}:5432");
+    // Where the relayed connection lands: the database host's listener.
+    let lands = format!("database=tcp:{database}:3128");
+    let before = ctx.harness.outside_hosts().arrivals().await?;
+    let through = try_inside(ctx, &id, "agent", std::slice::from_ref(&relay)).await?;
+    require(
+        through.get("relay").map(String::as_str) == Some("escaped"),
+        || format!("the service could not open the relay: {through:?}"),
+    )?;
+    let settled = landed(ctx, &before, std::slice::from_ref(&lands)).await?;
+    let direct = format!("direct=tcp:{database}:3128");
+    let inside = try_inside(ctx, &id, "agent", std::slice::from_ref(&direct)).await?;
+    require(
+        inside.get("direct").map(String::as_str) == Some("denied"),
+        || format!("the service's direct route to the database: {inside:?}"),
+    )?;
+    nothing_arrived(ctx, &settled, "the service's direct route to the database").await?;
+    let wanted = format!("{database}:3128");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let record = loop {
+        let log = decisions(ctx, &id).await?;
+        if let Some(record) = log.into_iter().find(|r| r.protocol == "relay") {
+            break record;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err("the relayed connection is not in the decision log".to_string());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    require(
+        record.verdict == af_runtime::Verdict::Allow
+            && record.host == crate::harness::EXTERNAL_DATABASE_NAME
+            && record.port == 3128
+            && record.resolved == wanted
+            && record.rule == "database.host",
+        || format!("the relay's record: {record:?}"),
+    )?;
+    Ok(format!(
+        "the relay at {sidecar}:5432 landed at {wanted} and was recorded ({}); the direct route was {}",
+        record.rule, inside["direct"]
     ))
 });
