@@ -435,6 +435,18 @@ fn print_status(status: &EnvironmentStatus, json: bool) -> anyhow::Result<()> {
             database.image
         );
     }
+    if let Some(external) = &status.external_database {
+        println!(
+            "database: external {}:{}, relayed by the sidecar at {} ({})",
+            external.host,
+            external.port,
+            external.relay,
+            external
+                .named_by
+                .as_deref()
+                .map_or("allowed by egress.allow".to_string(), |named| format!("named by {named}"))
+        );
+    }
     if let Some(containment) = &status.containment {
         let verdict = if containment.contained {
             "contained"

@@ -387,6 +387,7 @@ fn assemble_status(
         services: services.into_values().collect(),
         containment,
         database: None,
+        external_database: None,
     }
 }
 
@@ -889,6 +890,19 @@ impl Runtime for LocalRuntime {
         status.database = database::status(&self.docker, id)
             .await
             .map_err(RuntimeError::from)?;
+        // An environment whose sidecar is gone shows no relay, as it has none.
+        if let Ok(relays) = sidecar::relays(&self.docker, id).await {
+            status.external_database =
+                relays
+                    .into_iter()
+                    .next()
+                    .map(|relay| af_runtime::ExternalDatabaseStatus {
+                        host: relay.host,
+                        port: relay.port,
+                        relay: relay.listen.to_string(),
+                        named_by: relay.named_by,
+                    });
+        }
         Ok(status)
     }
 

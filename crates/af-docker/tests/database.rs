@@ -803,6 +803,20 @@ async fn an_external_database_is_reached_only_through_the_sidecar_and_recorded()
         .await
         .unwrap();
     let sidecar_there = address_of(&docker, &sidecar, &outside.network).await;
+    let status = runtime.status(&env.id).await.unwrap();
+    assert_eq!(status.database, None, "an external database has no branch");
+    assert_eq!(
+        status.external_database,
+        Some(af_runtime::ExternalDatabaseStatus {
+            host: "db.external.test".into(),
+            port: 5432,
+            relay: format!(
+                "{}:5432",
+                address_of(&docker, &sidecar, &af_docker::names::internal_network(&env.id)).await
+            ),
+            named_by: Some("database.host".into()),
+        })
+    );
     let given = inspect(&docker, &api)
         .await
         .config

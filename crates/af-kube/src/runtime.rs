@@ -922,6 +922,7 @@ fn assemble_status(
         // A container database is refused on Kubernetes (AF-RUN-044), an external one has no
         // branch.
         database: None,
+        external_database: None,
     }
 }
 
@@ -1019,6 +1020,7 @@ impl Runtime for KubeRuntime {
                 services: Vec::new(),
                 containment: None,
                 database: None,
+                external_database: None,
             });
         };
         let containment = namespace

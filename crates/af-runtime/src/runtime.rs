@@ -42,6 +42,20 @@ pub struct EnvironmentStatus {
     pub containment: Option<ContainmentSummary>,
     /// The environment's database branch, when it has one.
     pub database: Option<DatabaseStatus>,
+    /// The external database the sidecar relays to, when the environment has one.
+    pub external_database: Option<ExternalDatabaseStatus>,
+}
+
+/// An external database as the environment's sidecar relays to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ExternalDatabaseStatus {
+    /// The database's host and port, as its URL names them.
+    pub host: String,
+    pub port: u16,
+    /// Where the services reach it: the sidecar's relay (`ip:port`).
+    pub relay: String,
+    /// `database.host` when the manifest names the host; absent when the egress policy allows it.
+    pub named_by: Option<String>,
 }
 
 /// An environment's database branch, as its server reports it.

@@ -19,6 +19,43 @@ pub use crate::plan::sidecar::{
 /// The sidecar of an environment that is up: its address and token, read back off its container
 /// (the token is in its configuration, which only the host side can inspect).
 pub async fn find(docker: &Docker, env: &EnvironmentId) -> Result<Sidecar, DockerError> {
+    let (name, config) = configuration(docker, env).await?;
+    let token = config
+        .inline_token()
+        .ok_or_else(|| {
+            platform(
+                format!("reading {name}'s configuration"),
+                "no control token",
+            )
+        })?
+        .to_string();
+    let internal_ip = config
+        .dns
+        .as_ref()
+        .and_then(|dns| dns.answer_v4)
+        .ok_or_else(|| platform(format!("reading {name}'s configuration"), "no address"))?;
+    let egress_ip = address_on(docker, &name, &names::egress_network(env)).await?;
+    Ok(Sidecar {
+        container: name,
+        internal_ip,
+        control: format!("{egress_ip}:{CONTROL_PORT}"),
+        token,
+    })
+}
+
+/// The relays the environment's sidecar runs (an external database's), as it was configured.
+pub async fn relays(
+    docker: &Docker,
+    env: &EnvironmentId,
+) -> Result<Vec<af_sidecar_api::config::RelayConfig>, DockerError> {
+    Ok(configuration(docker, env).await?.1.relays)
+}
+
+/// The environment's sidecar's name and the configuration it was created with.
+async fn configuration(
+    docker: &Docker,
+    env: &EnvironmentId,
+) -> Result<(String, SidecarConfig), DockerError> {
     let name = names::container(env, "sidecar");
     let found = docker
         .inspect_container(
@@ -55,27 +92,7 @@ pub async fn find(docker: &Docker, env: &EnvironmentId) -> Result<Sidecar, Docke
         })?;
     let config = SidecarConfig::from_text(&text)
         .map_err(|e| platform(format!("reading {name}'s configuration"), e.to_string()))?;
-    let token = config
-        .inline_token()
-        .ok_or_else(|| {
-            platform(
-                format!("reading {name}'s configuration"),
-                "no control token",
-            )
-        })?
-        .to_string();
-    let internal_ip = config
-        .dns
-        .as_ref()
-        .and_then(|dns| dns.answer_v4)
-        .ok_or_else(|| platform(format!("reading {name}'s configuration"), "no address"))?;
-    let egress_ip = address_on(docker, &name, &names::egress_network(env)).await?;
-    Ok(Sidecar {
-        container: name,
-        internal_ip,
-        control: format!("{egress_ip}:{CONTROL_PORT}"),
-        token,
-    })
+    Ok((name, config))
 }
 
 /// Where the sidecar is.
