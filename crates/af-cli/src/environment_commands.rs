@@ -444,7 +444,9 @@ fn print_status(status: &EnvironmentStatus, json: bool) -> anyhow::Result<()> {
             external
                 .named_by
                 .as_deref()
-                .map_or("allowed by egress.allow".to_string(), |named| format!("named by {named}"))
+                .map_or("allowed by egress.allow".to_string(), |named| format!(
+                    "named by {named}"
+                ))
         );
     }
     if let Some(containment) = &status.containment {

@@ -609,6 +609,15 @@ struct ExternalServer {
 
 const EXTERNAL_PASSWORD: &str = "external-password-0123";
 
+/// The external database's start: a CA, a server certificate for NAME signed by it, then the
+/// image's own entrypoint with TLS on and every connection logged.
+const TLS_SERVER: &str = "set -e; cd /tmp; \
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=af-test-ca -keyout ca.key -out ca.crt 2>/dev/null; \
+openssl req -newkey rsa:2048 -nodes -subj /CN=NAME -addext subjectAltName=DNS:NAME -keyout server.key -out server.csr 2>/dev/null; \
+openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -copy_extensions copy -out server.crt 2>/dev/null; \
+chmod 600 server.key; \
+exec /usr/local/bin/af-postgres-entrypoint postgres -c log_connections=on -c ssl=on -c ssl_cert_file=/tmp/server.crt -c ssl_key_file=/tmp/server.key";
+
 impl ExternalServer {
     async fn start(docker: &Docker, outside: &support::Outside, ip: &str, name: &str) -> Self {
         use bollard::models::{
@@ -628,11 +637,12 @@ impl ExternalServer {
                 "POSTGRES_USER=ext".into(),
                 "POSTGRES_DB=orders".into(),
             ]),
-            cmd: Some(
-                ["postgres", "-c", "log_connections=on"]
-                    .map(String::from)
-                    .to_vec(),
-            ),
+            // TLS with a certificate for `name` from a CA of its own, made at start.
+            entrypoint: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                TLS_SERVER.replace("NAME", name),
+            ]),
             networking_config: Some(NetworkingConfig {
                 endpoints_config: Some(std::collections::HashMap::from([(
                     outside.network.clone(),
@@ -749,8 +759,11 @@ fn external_manifest(tag: &str, database_lines: &str) -> std::path::PathBuf {
 /// sidecar's — and every connection is in the decision log with its bytes each way. Judged at the
 /// database's own log of the connections it received: through the relay they come from the
 /// sidecar; the service's direct route to the database's address lands nowhere, while a client on
-/// the database's network (the positive control) lands at once, with nothing before it. A host the
-/// manifest neither names nor allows stops `af up` before anything is made (AF-RUN-071).
+/// the database's network (the positive control) lands at once, with nothing before it. TLS is the
+/// client's and the server's: `sslmode=verify-full` with the server's CA works through the relay
+/// (the name was kept, and the sidecar presents nothing of its own), and fails when aimed at the
+/// sidecar's address, which the certificate does not name. A host the manifest neither names nor
+/// allows stops `af up` before anything is made (AF-RUN-071).
 #[tokio::test]
 async fn an_external_database_is_reached_only_through_the_sidecar_and_recorded() {
     let (docker, image) = support::daemon_and_engine().await;
@@ -804,16 +817,19 @@ async fn an_external_database_is_reached_only_through_the_sidecar_and_recorded()
         .unwrap();
     let sidecar_there = address_of(&docker, &sidecar, &outside.network).await;
     let status = runtime.status(&env.id).await.unwrap();
+    let status_relay_ip = address_of(
+        &docker,
+        &sidecar,
+        &af_docker::names::internal_network(&env.id),
+    )
+    .await;
     assert_eq!(status.database, None, "an external database has no branch");
     assert_eq!(
         status.external_database,
         Some(af_runtime::ExternalDatabaseStatus {
             host: "db.external.test".into(),
             port: 5432,
-            relay: format!(
-                "{}:5432",
-                address_of(&docker, &sidecar, &af_docker::names::internal_network(&env.id)).await
-            ),
+            relay: format!("{status_relay_ip}:5432"),
             named_by: Some("database.host".into()),
         })
     );
@@ -875,6 +891,63 @@ async fn an_external_database_is_reached_only_through_the_sidecar_and_recorded()
             &af_docker::names::internal_network(&env.id)
         )
         .await
+    );
+
+    // TLS through the relay is the client's and the server's: with the server's CA, verify-full
+    // checks the certificate against the name in the connection string, which the relay kept.
+    let ca = one_shot::exec(
+        &docker,
+        &server.container,
+        "postgres",
+        ["cat", "/tmp/ca.crt"].map(String::from).to_vec(),
+        Vec::new(),
+    )
+    .await
+    .unwrap()
+    .stdout;
+    let copied = one_shot::exec(
+        &docker,
+        &api,
+        "postgres",
+        ["sh", "-c", "cat > /tmp/ca.crt"].map(String::from).to_vec(),
+        ca.into_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(copied.exit_code, 0, "{}", copied.stderr);
+    let verified = format!("\"$DATABASE_URL?sslmode=verify-full&sslrootcert=/tmp/ca.crt\"");
+    let (status, said) = psql(
+        &docker,
+        &api,
+        Some(&verified),
+        "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid();",
+    )
+    .await;
+    assert_eq!(
+        (status, said.as_str()),
+        (0, "t"),
+        "verify-full through the relay"
+    );
+    // The control: the same certificate does not name the sidecar's address, so verify-full
+    // aimed at the relay by address is refused — the sidecar presented nothing of its own.
+    let by_address = format!(
+        "'postgres://ext:{EXTERNAL_PASSWORD}@{}:5432/orders?sslmode=verify-full&sslrootcert=/tmp/ca.crt'",
+        status_relay_ip
+    );
+    let (status, said) = psql(&docker, &api, Some(&by_address), "SELECT 1;").await;
+    assert_ne!(status, 0, "verify-full by the sidecar's address: {said}");
+    assert!(said.contains("does not match host name"), "{said}");
+
+    // Both went through the relay: once the database has logged them, what comes next is new.
+    let seen = server.arrival_from(seen.len() + 1, &sidecar_there).await;
+    assert_eq!(
+        seen[known..],
+        [
+            sidecar_there.clone(),
+            sidecar_there.clone(),
+            sidecar_there.clone()
+        ],
+        "the database saw the sidecar and nothing else"
     );
 
     // The direct route: the service aims at the database's own address, and fails.

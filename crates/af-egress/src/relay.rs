@@ -87,9 +87,7 @@ async fn relay_one(
             return pending.finish(&shared.log, Verdict::Allow, &rule, 0, 0);
         }
     };
-    let (up, down) = splice::relay(&mut client, &mut upstream)
-        .await
-        .unwrap_or((0, 0));
+    let (up, down) = splice::relay(&mut client, &mut upstream).await;
     shared.metrics.bytes(up, down);
     pending.finish(&shared.log, Verdict::Allow, &rule, up, down);
 }

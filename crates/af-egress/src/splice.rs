@@ -66,18 +66,34 @@ enum PipeState {
 
 /// Relays `a` ⇄ `b` until both directions end; returns the bytes moved a → b and b → a. When one
 /// side stops sending, the other is told so (its write half is shut) and the other direction goes
-/// on, as `tokio::io::copy_bidirectional` does.
-pub async fn relay(a: &mut TcpStream, b: &mut TcpStream) -> io::Result<(u64, u64)> {
+/// on, as `tokio::io::copy_bidirectional` does. A direction that fails (a peer that resets, as a
+/// TLS client may once it has said goodbye) ends as if its sender had stopped: what it moved
+/// still counts, for the decision log's bytes each way.
+pub async fn relay(a: &mut TcpStream, b: &mut TcpStream) -> (u64, u64) {
     let (a_read, a_write) = a.split();
     let (b_read, b_write) = b.split();
-    tokio::try_join!(pump(a_read, b_write), pump(b_read, a_write))
+    tokio::join!(pump(a_read, b_write), pump(b_read, a_write))
 }
 
-/// Moves everything `from` sends to `to`, then shuts `to`'s write half.
-async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>) -> io::Result<u64> {
+/// Moves everything `from` sends to `to`, then shuts `to`'s write half; the bytes moved.
+async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>) -> u64 {
+    let mut total = 0u64;
+    if let Err(err) = pump_until_end(&mut from, &mut to, &mut total).await {
+        tracing::debug!(error = %err, "a relayed direction ended with an error");
+    }
+    let _ = to.shutdown().await;
+    total
+}
+
+/// [`pump`]'s loop: until `from` ends (`Ok`) or a read or write fails, adding to `total` as it
+/// goes.
+async fn pump_until_end(
+    from: &mut ReadHalf<'_>,
+    to: &mut WriteHalf<'_>,
+    total: &mut u64,
+) -> io::Result<()> {
     let mut pipe = PipeState::NotYet;
     let mut bulk = false;
-    let mut total = 0u64;
     loop {
         let moved = match (&pipe, bulk) {
             (PipeState::Ready(pipe), true) => {
@@ -86,7 +102,7 @@ async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>) -> io::Result<u64> 
                 moved
             }
             _ => {
-                let (moved, unwritten) = copy_once(&mut from, &to).await?;
+                let (moved, unwritten) = copy_once(from, to).await?;
                 to.write_all(&unwritten).await?;
                 bulk = moved == COPY_BUFFER;
                 if bulk && matches!(pipe, PipeState::NotYet) {
@@ -96,10 +112,9 @@ async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>) -> io::Result<u64> 
             }
         };
         if moved == 0 {
-            let _ = to.shutdown().await;
-            return Ok(total);
+            return Ok(());
         }
-        total += moved as u64;
+        *total += moved as u64;
     }
 }
 
@@ -168,11 +183,7 @@ mod tests {
 
     /// client ⇄ [a relay b] ⇄ server, the relay running; returns the client and server ends and
     /// the relay's outcome.
-    async fn relayed() -> (
-        TcpStream,
-        TcpStream,
-        tokio::task::JoinHandle<io::Result<(u64, u64)>>,
-    ) {
+    async fn relayed() -> (TcpStream, TcpStream, tokio::task::JoinHandle<(u64, u64)>) {
         let (client, mut a) = pair().await;
         let (mut b, server) = pair().await;
         let relay = tokio::spawn(async move { relay(&mut a, &mut b).await });
@@ -194,7 +205,7 @@ mod tests {
         }
         drop(client);
         drop(server);
-        let (up, down) = relay.await.unwrap().unwrap();
+        let (up, down) = relay.await.unwrap();
         assert_eq!(down, 800);
         assert!(up > 0);
     }
@@ -233,7 +244,7 @@ mod tests {
         );
         drop(server);
         drop(writer.await.unwrap());
-        assert_eq!(relay.await.unwrap().unwrap().0, sent.len() as u64);
+        assert_eq!(relay.await.unwrap().0, sent.len() as u64);
     }
 
     /// Bulk one way, then, after that side stops sending, bulk the other way: the half-close is
@@ -275,9 +286,27 @@ mod tests {
         let mut back = Vec::new();
         client.read_to_end(&mut back).await.unwrap();
         assert!(back == down, "down: {} of {} bytes", back.len(), down.len());
-        assert_eq!(
-            relay.await.unwrap().unwrap(),
-            (up.len() as u64, down.len() as u64)
-        );
+        assert_eq!(relay.await.unwrap(), (up.len() as u64, down.len() as u64));
+    }
+
+    /// A peer that resets the connection ends its direction, and the bytes moved until then still
+    /// count: a TLS client that closes abruptly after its last message must not make a relay's
+    /// record say nothing moved.
+    #[tokio::test]
+    async fn what_moved_before_a_reset_still_counts() {
+        let (mut client, mut server, relay) = relayed().await;
+        client.write_all(b"hello").await.unwrap();
+        let mut buffer = [0u8; 5];
+        server.read_exact(&mut buffer).await.unwrap();
+        server.write_all(b"welcome!").await.unwrap();
+        let mut answer = [0u8; 8];
+        client.read_exact(&mut answer).await.unwrap();
+        // Pending bytes at close make the kernel send a reset instead of a FIN.
+        server.write_all(b"unread").await.unwrap();
+        client.set_zero_linger().unwrap();
+        drop(client);
+        let (up, down) = relay.await.unwrap();
+        assert_eq!(up, 5);
+        assert!(down >= 8, "{down}");
     }
 }

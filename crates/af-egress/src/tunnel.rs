@@ -227,19 +227,17 @@ pub(crate) async fn relay_to<C>(
     // buffer for this connection (8 KiB or more) however few bytes are left in it.
     let first_bytes = (already_read.len() + rest.len()) as u64;
     drop((already_read, rest));
-    let moved = match client {
+    let (up, down) = match client {
         Ok(mut socket) => splice::relay(&mut socket, &mut upstream).await,
-        Err(mut client) => {
-            tokio::io::copy_bidirectional_with_sizes(
-                &mut client,
-                &mut upstream,
-                TUNNEL_BUFFER,
-                TUNNEL_BUFFER,
-            )
-            .await
-        }
+        Err(mut client) => tokio::io::copy_bidirectional_with_sizes(
+            &mut client,
+            &mut upstream,
+            TUNNEL_BUFFER,
+            TUNNEL_BUFFER,
+        )
+        .await
+        .unwrap_or((0, 0)),
     };
-    let (up, down) = moved.unwrap_or((0, 0));
     let (up, down) = (up + first_bytes, down + for_client.len() as u64);
     shared.metrics.bytes(up, down);
     pending.finish(&shared.log, Verdict::Allow, rule, up, down);

@@ -28,8 +28,7 @@ pub use error::{
 pub use progress::{ProgressEvent, ProgressSink, Step, run_step};
 pub use runtime::{
     ContainmentSummary, DatabaseStatus, Environment, EnvironmentStatus, ExternalDatabaseStatus,
-    LogLine, LogStream,
-    Runtime, ServiceStatus, ShellOutput, UpReport,
+    LogLine, LogStream, Runtime, ServiceStatus, ShellOutput, UpReport,
 };
 pub use verdict::{gate_refusal, judge_probe};
 
