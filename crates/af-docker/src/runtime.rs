@@ -35,8 +35,11 @@ pub struct LocalRuntime {
     probe_targets: Vec<String>,
     /// af's own environment, where the manifest's `from_env` values and an external database's
     /// URL are read: the process's, unless [`LocalRuntime::with_variables`] says otherwise.
-    variables: std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    variables: std::sync::Arc<VariableLookup>,
 }
+
+/// Reads one variable of af's own environment.
+type VariableLookup = dyn Fn(&str) -> Option<String> + Send + Sync;
 
 impl std::fmt::Debug for LocalRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

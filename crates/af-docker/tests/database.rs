@@ -853,8 +853,8 @@ async fn an_external_database_is_reached_only_through_the_sidecar_and_recorded()
     assert_eq!(said, "through the sidecar");
     let seen = server.arrival_from(known, &sidecar_there).await;
     assert_eq!(
-        seen[known..],
-        [sidecar_there.clone()],
+        &seen[known..],
+        std::slice::from_ref(&sidecar_there),
         "the database saw the sidecar and nothing else"
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -915,11 +915,11 @@ async fn an_external_database_is_reached_only_through_the_sidecar_and_recorded()
     .await
     .unwrap();
     assert_eq!(copied.exit_code, 0, "{}", copied.stderr);
-    let verified = format!("\"$DATABASE_URL?sslmode=verify-full&sslrootcert=/tmp/ca.crt\"");
+    let verified = "\"$DATABASE_URL?sslmode=verify-full&sslrootcert=/tmp/ca.crt\"";
     let (status, said) = psql(
         &docker,
         &api,
-        Some(&verified),
+        Some(verified),
         "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid();",
     )
     .await;

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use af_manifest::{CannedResponse, EgressPolicy, HostRule};
+use af_manifest::{CannedResponse, EgressPolicy, RuleMatch};
 
 use crate::address::{AddressClass, classify};
 use crate::request_host::AmbiguousHost;
@@ -128,75 +128,25 @@ pub enum Decision<'p> {
     },
 }
 
-/// How precisely a rule matches a name: an exact name beats any wildcard, and a longer wildcard
-/// suffix beats a shorter one.
-fn specificity(rule: &HostRule, name: &str) -> Option<(u8, usize)> {
-    match rule {
-        HostRule::Exact(exact) if exact == name => Some((2, exact.len())),
-        HostRule::Wildcard(suffix)
-            if name.len() > suffix.len() + 1
-                && name.ends_with(suffix.as_str())
-                && name.as_bytes()[name.len() - suffix.len() - 1] == b'.' =>
-        {
-            Some((1, suffix.len()))
-        }
-        _ => None,
-    }
-}
-
-/// Decides a destination. Names: the most specific matching rule of either list wins, and when an
-/// allow and a capture rule are equally specific, capture wins (it keeps the request inside).
-/// IP literals: allowed only by a rule that names the address or a network containing it; never
-/// captured, since captures are by name.
+/// Decides a destination by the policy's rules ([`EgressPolicy::match_name`] and
+/// [`EgressPolicy::match_address`], which `af up` uses too): names by the most specific rule of
+/// either list, capture winning a tie; IP literals allowed only by a rule that names the address
+/// or a network containing it, never captured, since captures are by name.
 pub fn decide<'p>(target: &Target, policy: &'p EgressPolicy) -> Decision<'p> {
-    match target {
-        Target::Ip(ip) => match address_rule(*ip, policy) {
-            Some(rule) => Decision::Allow { rule },
-            None => Decision::Deny {
-                reason: DenyReason::IpLiteral,
-            },
+    let matched = match target {
+        Target::Ip(ip) => policy.match_address(*ip),
+        Target::Name(name) => policy.match_name(name),
+    };
+    match matched {
+        RuleMatch::Allow { rule } => Decision::Allow { rule },
+        RuleMatch::Capture { rule, response } => Decision::Capture { rule, response },
+        RuleMatch::NotListed => Decision::Deny {
+            reason: DenyReason::NotListed,
         },
-        Target::Name(name) => {
-            let best_allow = policy
-                .allow
-                .iter()
-                .filter_map(|r| specificity(r, name).map(|s| (s, r)))
-                .max_by_key(|(s, _)| *s);
-            let best_capture = policy
-                .capture
-                .iter()
-                .filter_map(|c| specificity(&c.host, name).map(|s| (s, c)))
-                .max_by_key(|(s, _)| *s);
-            match (best_allow, best_capture) {
-                (Some((a, rule)), Some((c, _))) if a > c => Decision::Allow {
-                    rule: rule.to_string(),
-                },
-                (_, Some((_, capture))) => Decision::Capture {
-                    rule: capture.host.to_string(),
-                    response: &capture.response,
-                },
-                (Some((_, rule)), None) => Decision::Allow {
-                    rule: rule.to_string(),
-                },
-                (None, None) => Decision::Deny {
-                    reason: DenyReason::NotListed,
-                },
-            }
-        }
+        RuleMatch::IpLiteral => Decision::Deny {
+            reason: DenyReason::IpLiteral,
+        },
     }
-}
-
-/// The allow rule naming this address or a network containing it, as written.
-fn address_rule(ip: IpAddr, policy: &EgressPolicy) -> Option<String> {
-    policy
-        .allow
-        .iter()
-        .find(|rule| match rule {
-            HostRule::Ip(allowed) => *allowed == ip,
-            HostRule::Cidr(net) => net.contains(&ip),
-            _ => false,
-        })
-        .map(ToString::to_string)
 }
 
 /// Chooses the address to dial for an allowed name among those it resolved to: the first public
@@ -210,7 +160,7 @@ pub fn choose_address(
         if classify(*ip).is_public() {
             return Ok((*ip, None));
         }
-        if let Some(rule) = address_rule(*ip, policy) {
+        if let Some(rule) = policy.address_rule(*ip) {
             return Ok((*ip, Some(rule)));
         }
     }

@@ -14,6 +14,7 @@ mod cron;
 mod decode;
 mod dependencies;
 mod diagnostic;
+mod egress_match;
 mod egress_rule;
 mod environment_id;
 mod model;
@@ -29,6 +30,7 @@ pub use cron::{CronSchedule, parse_cron};
 pub use decode::{DEFAULT_DATABASE_IMAGE, MAX_MANIFEST_NAME_LEN, MAX_SERVICE_NAME_LEN};
 pub use dependencies::find_cycles;
 pub use diagnostic::{InvalidManifest, Location, ManifestCode, Problem};
+pub use egress_match::RuleMatch;
 pub use egress_rule::{HostRule, parse_host_rule};
 pub use environment_id::{EnvironmentId, MAX_ENVIRONMENT_ID_LEN, MAX_NAMESPACE_PREFIX_LEN};
 pub use model::{

@@ -41,7 +41,8 @@ pub struct DecisionRecord {
     pub environment: String,
     /// The workload's address, as the sidecar saw it.
     pub client: String,
-    /// `http`, `connect`, `tls` (transparent), `dns`, `smtp`.
+    /// `http`, `http-transparent`, `connect`, `tls-transparent`, `dns`, `smtp`, `webhook`,
+    /// `relay` (a relayed TCP connection: an external database's).
     pub protocol: String,
     /// HTTP method, or the DNS query type.
     pub method: String,

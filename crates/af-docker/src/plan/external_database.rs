@@ -16,8 +16,7 @@
 
 use std::net::Ipv4Addr;
 
-use af_egress::policy::{Target, decide_relay};
-use af_manifest::EgressPolicy;
+use af_manifest::{EgressPolicy, HostRule, RuleMatch, parse_host_rule};
 use af_runtime::{RuntimeError, RuntimeErrorKind};
 
 /// PostgreSQL's port, when the URL names none.
@@ -91,18 +90,30 @@ pub fn parse_url(variable: &str, text: &str) -> Result<ExternalUrl, RuntimeError
             "it names no host (a Unix socket is on this machine, not reachable from the environment)",
         ));
     }
-    let target = Target::parse(written)
-        .ok_or_else(|| refuse("its host is not a host name or an IP address"))?;
+    let bare = written
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(written);
+    let host =
+        one_host(bare).ok_or_else(|| refuse("its host is not a host name or an IP address"))?;
     let port = url.port().unwrap_or(DEFAULT_PORT);
     if port == 0 {
         return Err(refuse("its port is 0"));
     }
     Ok(ExternalUrl {
-        literal: matches!(target, Target::Ip(_)),
-        host: target.to_string(),
+        literal: matches!(host, HostRule::Ip(_)),
+        host: host.to_string(),
         port,
         url,
     })
+}
+
+/// `text` as one host the sidecar decides by: a lower-case name, or an IP address; `None` for
+/// anything else (a wildcard, a network, not a host at all).
+fn one_host(text: &str) -> Option<HostRule> {
+    parse_host_rule(text)
+        .ok()
+        .filter(|rule| matches!(rule, HostRule::Exact(_) | HostRule::Ip(_)))
 }
 
 /// The sidecar's relay to the database.
@@ -119,7 +130,8 @@ pub struct Relay {
 
 /// The relay for `url`, refused (AF-RUN-071) when the sidecar would refuse every connection: the
 /// manifest names another host, or names none and the egress policy does not allow this one —
-/// decided by the sidecar's own function, so `af up` and the sidecar never disagree.
+/// matched by the policy's own rule matching, as the sidecar matches it, so `af up` and the
+/// sidecar never disagree on the rule (the sidecar still judges the addresses it resolves).
 pub fn relay(
     variable: &str,
     url: &ExternalUrl,
@@ -135,14 +147,30 @@ pub fn relay(
         }
         .into()
     };
-    let target = Target::parse(&url.host).ok_or_else(|| refuse(None, "invalid-host".into()))?;
+    let host = one_host(&url.host).ok_or_else(|| refuse(None, "invalid-host".into()))?;
     if let Some(named) = named
-        && Target::parse(named).as_ref() != Some(&target)
+        && one_host(named).as_ref() != Some(&host)
     {
         return Err(refuse(Some(named), String::new()));
     }
     let named_by = named.map(|_| NAMED_BY);
-    decide_relay(&target, named_by, policy).map_err(|reason| refuse(None, reason.to_string()))?;
+    if named_by.is_none() {
+        // What the sidecar's relay decides for a host the manifest does not name, by the same
+        // matching; the reasons are spelled as its records spell them.
+        let matched = match &host {
+            HostRule::Ip(ip) => policy.match_address(*ip),
+            _ => policy.match_name(&url.host),
+        };
+        let refused = match matched {
+            RuleMatch::Allow { .. } => None,
+            RuleMatch::Capture { .. } => Some("captured-host-not-relayed"),
+            RuleMatch::NotListed => Some("not-listed"),
+            RuleMatch::IpLiteral => Some("ip-literal"),
+        };
+        if let Some(reason) = refused {
+            return Err(refuse(None, reason.to_string()));
+        }
+    }
     let listen_port = if crate::plan::sidecar::SERVED_PORTS.contains(&url.port) {
         DEFAULT_PORT
     } else {

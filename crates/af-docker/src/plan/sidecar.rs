@@ -123,19 +123,19 @@ pub fn spec_digest(spec: &SidecarSpec<'_>) -> Result<String, DockerError> {
         .map_err(|e| internal("writing the sidecar configuration", e))?;
     let webhook_text = format!("{:?}", spec.webhooks);
     let ca_cert = spec.capture_ca.map_or("", |ca| ca.pem.cert.as_str());
-    let relay_text = spec
-        .relay
-        .map(|relay| format!("{relay:?}"))
-        .unwrap_or_default();
-    Ok(names::spec_digest(&[
+    let mut parts = vec![
         spec.image,
         spec.internal,
         spec.egress,
         &policy_text,
         &webhook_text,
         ca_cert,
-        &relay_text,
-    ]))
+    ];
+    // Only when there is one: a sidecar without a relay keeps the digest it had before relays
+    // existed, so upgrading af does not make every running sidecar again.
+    let relay_text = spec.relay.map(|relay| format!("{relay:?}"));
+    parts.extend(relay_text.as_deref());
+    Ok(names::spec_digest(&parts))
 }
 
 /// The sidecar's create body ([`crate::plan::containers::sidecar`]) at `internal_ip`, behind
