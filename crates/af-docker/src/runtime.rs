@@ -712,16 +712,16 @@ impl Runtime for LocalRuntime {
         }
         af_runtime::require_env_values_in(&environment.manifest, &*self.variables)?;
         let manifest = &environment.manifest;
+        // An external database's URL is read and its host decided before anything is made or
+        // built (AF-RUN-070, 071): the sidecar would refuse every connection to a host it does
+        // not allow.
+        let external_database = crate::plan::external_database::wanted(manifest, &*self.variables)?;
         let env = &environment.id;
         let (image, images) = self.images(environment, progress).await?;
         // The database's image is on this machine and its seed readable before anything is made
         // (AF-RUN-066, AF-RUN-067); the connection string is known before the server runs, so
         // that instances can be prepared with it while the probe runs.
         let wanted_database = self.wanted_database(environment).await?;
-        // An external database's URL is read and its host decided before anything is made
-        // (AF-RUN-060, 070, 071): the sidecar would refuse every connection to a host it does
-        // not allow.
-        let external_database = crate::plan::external_database::wanted(manifest, &*self.variables)?;
         let (internal, egress, capture_ca) = self.networks(env, &image, manifest, progress).await?;
         let networks::Addressing {
             layout,
