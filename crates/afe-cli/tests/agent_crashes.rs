@@ -108,10 +108,23 @@ impl Scene {
     }
 
     /// Asks until the scripted server has been sent `calls` calls.
-    async fn until_calls(&self, calls: usize) {
-        self.eventually(&format!("{calls} calls sent"), async || {
-            self.server.calls() >= calls
-        })
+    /// Until the held call has been sent and its generation is with its reservation: where a kill
+    /// leaves nothing the next worker cannot settle. (Waiting only for the call to arrive at the
+    /// server raced the answer's head: killed before the worker read the generation id, the
+    /// reservation is released as never sent while the server charged it — the window
+    /// docs/afe-store.md names — and CI once saw a ledger a held call's cost short.)
+    async fn until_held_call_noted(&self) {
+        self.eventually(
+            "the held call's generation with its reservation",
+            async || {
+                self.store
+                    .ledger(&self.ticket)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .any(|e| e.state == LedgerState::Reserved && e.generation.is_some())
+            },
+        )
         .await;
     }
 
@@ -233,8 +246,8 @@ async fn a_worker_killed_after_some_turns_of_a_deep_node() {
             |events| events.iter().filter(|e| e.kind == "tool.results").count() == 2,
         )
         .await;
-    // And its third call sent.
-    scene.until_calls(4).await;
+    // And its third call sent, its generation noted.
+    scene.until_held_call_noted().await;
     scene.take_over(first).await;
     let attempts = attempts(&scene.store, &scene.ticket).await;
     assert_eq!((attempts["plan"], attempts["fix"]), (1, 2));
@@ -270,7 +283,7 @@ async fn a_worker_killed_after_a_node_completed() {
         })
         .await;
     // The held reply is the first worker's: the kill waits until its call has taken it.
-    scene.until_calls(2).await;
+    scene.until_held_call_noted().await;
     scene.take_over(first).await;
     assert_eq!(attempts(&scene.store, &scene.ticket).await["plan"], 1);
     let plans = scene
