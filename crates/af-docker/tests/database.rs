@@ -726,15 +726,9 @@ impl ExternalServer {
 impl Drop for ExternalServer {
     fn drop(&mut self) {
         let (docker, container) = (self.docker.clone(), self.container.clone());
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let _ = runtime.block_on(one_shot::remove(&docker, &container));
-        })
-        .join()
-        .unwrap();
+        support::removed_when_dropped(async move {
+            let _ = one_shot::remove(&docker, &container).await;
+        });
     }
 }
 

@@ -93,17 +93,22 @@ impl Outside {
 impl Drop for Outside {
     fn drop(&mut self) {
         let (docker, inner) = (self.docker.clone(), self.inner.clone());
-        // Drop cannot await; a short runtime of its own removes the test's objects.
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(inner.remove(&docker));
-        })
-        .join()
-        .unwrap();
+        removed_when_dropped(async move { inner.remove(&docker).await });
     }
+}
+
+/// Runs a test's removal to its end from a `Drop`, which cannot await: on a thread of its own with
+/// a short runtime, since the test's runtime may be the one dropping.
+pub fn removed_when_dropped<F: std::future::Future + Send + 'static>(removal: F) {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(removal);
+    })
+    .join()
+    .unwrap();
 }
 
 /// Removes an environment's labelled objects when a test ends, however it ends.
@@ -112,15 +117,9 @@ pub struct Teardown(pub Docker, pub EnvironmentId);
 impl Drop for Teardown {
     fn drop(&mut self) {
         let (docker, env) = (self.0.clone(), self.1.clone());
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let _ = runtime.block_on(teardown::down(&docker, &env));
-        })
-        .join()
-        .unwrap();
+        removed_when_dropped(async move {
+            let _ = teardown::down(&docker, &env).await;
+        });
     }
 }
 
