@@ -348,17 +348,21 @@ async fn connect(manifest: &Manifest) -> Result<Box<dyn Runtime>, RuntimeError> 
                 })?),
                 Err(_) => runtime,
             };
-            // k3d and kind nodes take copies of local images: build and copy with the local daemon.
+            // k3d and kind nodes take copies of local images, and nodes that run on this
+            // machine's daemon have them already: af builds with the local daemon when it can
+            // reach one (the runtime decides at `up` which of these the cluster is).
             if *runtime.loader() != af_kube::images::Loader::Registry {
                 let docker = af_docker::connect().await.map_err(RuntimeError::from)?;
-                af_docker::engine_image::ensure(&docker)
-                    .await
-                    .map_err(RuntimeError::from)?;
                 return Ok(Box::new(runtime.with_image_work(std::sync::Arc::new(
                     af_kube::images::DockerImageWork::new(docker),
                 ))));
             }
-            Ok(Box::new(runtime))
+            match af_docker::connect().await {
+                Ok(docker) => Ok(Box::new(runtime.with_image_work(std::sync::Arc::new(
+                    af_kube::images::DockerImageWork::new(docker),
+                )))),
+                Err(_) => Ok(Box::new(runtime)),
+            }
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Getting images to a cluster's nodes. The nodes cannot see the daemon on the machine that ran
 //! af, so an image that built fine is an image the cluster reports as ErrImagePull minutes later.
 //! For a k3d or kind cluster — told by the kubeconfig context's name, the only mark those tools
-//! leave — images are copied into the nodes; any other cluster must be able to pull them.
+//! leave — images are copied into the nodes. Nodes that run on the very Docker daemon af builds
+//! with (each says so, with the daemon's id, in [`DOCKER_DAEMON_ANNOTATION`]) already have what af
+//! builds. Any other cluster must be able to pull them.
 
 use af_runtime::RuntimeError;
 use async_trait::async_trait;
@@ -14,8 +16,27 @@ pub enum Loader {
     K3d(String),
     /// `kind load docker-image IMAGE --name CLUSTER`.
     Kind(String),
+    /// The nodes run on the daemon af builds with: what it builds they have, nothing to copy.
+    SameDaemon,
     /// The nodes pull from a registry: nothing to copy, and `build:` cannot be served.
     Registry,
+}
+
+/// The annotation by which a node says which Docker daemon runs its containers (its `docker info`
+/// id): a node of this machine's own daemon needs no copy of an image built there.
+pub const DOCKER_DAEMON_ANNOTATION: &str = "dev.antifailure/docker-daemon";
+
+/// Whether every node (and there is one) runs on the daemon whose id is `daemon_id`.
+pub fn on_this_daemon(nodes: &[Node], daemon_id: &str) -> bool {
+    !daemon_id.is_empty()
+        && !nodes.is_empty()
+        && nodes.iter().all(|node| {
+            node.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DOCKER_DAEMON_ANNOTATION))
+                .is_some_and(|id| id == daemon_id)
+        })
 }
 
 /// The loader of the cluster behind kubeconfig context `context`.
@@ -34,7 +55,7 @@ pub fn load_command(loader: &Loader, image: &str) -> Option<Vec<String>> {
     let words: Vec<&str> = match loader {
         Loader::K3d(cluster) => vec!["k3d", "image", "import", image, "-c", cluster],
         Loader::Kind(cluster) => vec!["kind", "load", "docker-image", image, "--name", cluster],
-        Loader::Registry => return None,
+        Loader::SameDaemon | Loader::Registry => return None,
     };
     Some(words.into_iter().map(str::to_string).collect())
 }
@@ -107,6 +128,17 @@ impl crate::runtime::ImageWork for DockerImageWork {
         .map_err(RuntimeError::from)
     }
 
+    async fn daemon_id(&self) -> Option<String> {
+        self.docker.info().await.ok().and_then(|info| info.id)
+    }
+
+    async fn ensure_engine_image(&self) -> Result<(), RuntimeError> {
+        af_docker::engine_image::ensure(&self.docker)
+            .await
+            .map(drop)
+            .map_err(RuntimeError::from)
+    }
+
     async fn load(&self, command: &[String]) -> Result<(), RuntimeError> {
         let failed = |detail: String| {
             crate::error::unexpected(
@@ -159,6 +191,27 @@ mod tests {
             ["kind", "load", "docker-image", "x:1", "--name", "ci"]
         );
         assert_eq!(load_command(&Loader::Registry, "x:1"), None);
+    }
+
+    #[test]
+    fn nodes_of_this_daemon_are_told_by_their_annotation_every_one_of_them() {
+        let node = |daemon: Option<&str>| -> Node {
+            let annotations = daemon
+                .map(|d| serde_json::json!({DOCKER_DAEMON_ANNOTATION: d}))
+                .unwrap_or(serde_json::json!({}));
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "n", "annotations": annotations}}),
+            )
+            .unwrap()
+        };
+        assert!(on_this_daemon(&[node(Some("ABCD:1"))], "ABCD:1"));
+        assert!(!on_this_daemon(
+            &[node(Some("ABCD:1")), node(None)],
+            "ABCD:1"
+        ));
+        assert!(!on_this_daemon(&[node(Some("EFGH:2"))], "ABCD:1"));
+        assert!(!on_this_daemon(&[], "ABCD:1"));
+        assert!(!on_this_daemon(&[node(Some(""))], ""));
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub trait ImageWork: Send + Sync {
     ) -> Result<String, RuntimeError>;
     /// Runs a copy command ([`crate::images::load_command`]).
     async fn load(&self, command: &[String]) -> Result<(), RuntimeError>;
+    /// The id of the daemon images are built on, if it can be asked.
+    async fn daemon_id(&self) -> Option<String>;
+    /// The engine image, built on that daemon if it is not there yet.
+    async fn ensure_engine_image(&self) -> Result<(), RuntimeError>;
 }
 
 pub struct KubeRuntime {
@@ -76,6 +80,9 @@ pub struct KubeRuntime {
     /// What rendering needs of the cluster; `None`: read off it at each `up`
     /// ([`crate::apply::cluster::discover`]), the only command that renders.
     cluster: Option<Cluster>,
+    /// The one Kubernetes version older than the floor that `up` may use, with a warning
+    /// ([`crate::apply::version::ALLOW_VARIABLE`]).
+    allowed_version: Option<String>,
     capabilities: Capabilities,
 }
 
@@ -109,6 +116,7 @@ impl KubeRuntime {
             engine_image,
             probe_targets,
             cluster: Some(cluster),
+            allowed_version: None,
             capabilities: Capabilities::new(
                 "kubernetes",
                 [
@@ -173,7 +181,16 @@ impl KubeRuntime {
             Cluster::default(),
         );
         runtime.cluster = None;
+        runtime.allowed_version = std::env::var(crate::apply::version::ALLOW_VARIABLE)
+            .ok()
+            .filter(|v| !v.is_empty());
         Ok(runtime)
+    }
+
+    /// Lets `up` go on with Kubernetes `version` (`1.20`), older than the floor, warning each time.
+    pub fn with_allowed_version(mut self, version: &str) -> KubeRuntime {
+        self.allowed_version = Some(version.to_string());
+        self
     }
 
     /// Builds and copies images with `work` (the local daemon, k3d or kind).
@@ -193,15 +210,40 @@ impl KubeRuntime {
         &self.loader
     }
 
-    /// Each service's image reference, building `build:` contexts where the cluster takes copies;
-    /// a `build:` a cluster cannot be given is AF-RUN-044.
+    /// How images reach the nodes for this `up`: by the context's name (k3d, kind), or — when the
+    /// nodes all say they run on the daemon af builds with — nothing to copy.
+    async fn loader_now(&self) -> Loader {
+        if self.loader != Loader::Registry {
+            return self.loader.clone();
+        }
+        let Some(work) = &self.image_work else {
+            return Loader::Registry;
+        };
+        let Some(daemon) = work.daemon_id().await else {
+            return Loader::Registry;
+        };
+        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        if crate::images::on_this_daemon(&nodes, &daemon) {
+            Loader::SameDaemon
+        } else {
+            Loader::Registry
+        }
+    }
+
+    /// Each service's image reference, building `build:` contexts where the nodes can be given
+    /// what is built; a `build:` a cluster cannot be given is AF-RUN-044.
     async fn images(
         &self,
         environment: &Environment,
+        loader: &Loader,
     ) -> Result<BTreeMap<String, String>, RuntimeError> {
         let mut images = BTreeMap::new();
         for service in environment.manifest.services.values() {
-            let image = match (&service.source, &self.image_work, &self.loader) {
+            let image = match (&service.source, &self.image_work, loader) {
                 (ImageSource::Image(reference), _, _) => reference.clone(),
                 (
                     ImageSource::Build {
@@ -209,7 +251,7 @@ impl KubeRuntime {
                         dockerfile,
                     },
                     Some(work),
-                    Loader::K3d(_) | Loader::Kind(_),
+                    Loader::K3d(_) | Loader::Kind(_) | Loader::SameDaemon,
                 ) => {
                     work.build(
                         &environment.manifest.name,
@@ -232,18 +274,25 @@ impl KubeRuntime {
     }
 
     /// Copies the images af built (and the engine image) into the nodes of a k3d or kind cluster,
-    /// skipping what every node already has; `true` when anything was copied. Images a manifest
-    /// names with `image:` are the nodes' to pull, as on any cluster.
+    /// skipping what every node already has; `true` when anything was copied. Nodes of af's own
+    /// daemon need the engine image built there, and no copy. Images a manifest names with
+    /// `image:` are the nodes' to pull, as on any cluster.
     async fn load(
         &self,
         environment: &Environment,
         images: &BTreeMap<String, String>,
+        loader: &Loader,
     ) -> Result<bool, RuntimeError> {
         let Some(work) = &self.image_work else {
             return Ok(false);
         };
-        if self.loader == Loader::Registry {
-            return Ok(false);
+        match loader {
+            Loader::Registry => return Ok(false),
+            Loader::SameDaemon => {
+                work.ensure_engine_image().await?;
+                return Ok(false);
+            }
+            Loader::K3d(_) | Loader::Kind(_) => work.ensure_engine_image().await?,
         }
         // Nodes that cannot be listed are copied to regardless.
         let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(self.client.clone())
@@ -266,7 +315,7 @@ impl KubeRuntime {
             if on_every_node(&nodes, image) {
                 continue;
             }
-            if let Some(command) = load_command(&self.loader, image) {
+            if let Some(command) = load_command(loader, image) {
                 work.load(&command).await?;
                 copied = true;
             }
@@ -526,7 +575,11 @@ impl KubeRuntime {
         progress.emit(ProgressEvent::Notice {
             message: format!("af up is about to change {}", self.target),
         });
-        crate::apply::version::check(&self.client).await?;
+        if let Some(warning) =
+            crate::apply::version::check(&self.client, self.allowed_version.as_deref()).await?
+        {
+            progress.emit(ProgressEvent::Notice { message: warning });
+        }
         Ok(match &self.cluster {
             Some(cluster) => cluster.clone(),
             None => {
@@ -578,7 +631,7 @@ impl KubeRuntime {
     async fn namespace_and_policies(
         &self,
         environment: &Environment,
-        images: &BTreeMap<String, String>,
+        (images, loader): (&BTreeMap<String, String>, &Loader),
         sized: &Rendered,
         progress: &dyn ProgressSink,
     ) -> Result<bool, RuntimeError> {
@@ -588,7 +641,7 @@ impl KubeRuntime {
             progress,
             Step::Images,
             "copying images into the nodes",
-            self.load(environment, images),
+            self.load(environment, images, loader),
         )
         .await?;
         let made = af_runtime::run_step(progress, Step::Namespace, &name, {
@@ -943,18 +996,19 @@ impl Runtime for KubeRuntime {
         self.refuse_unsupported(&environment.manifest)?;
         af_runtime::require_env_values(&environment.manifest)?;
         let cluster = self.which_cluster(progress).await?;
+        let loader = self.loader_now().await;
         let images = af_runtime::run_step(
             progress,
             Step::Images,
             "the services' images",
-            self.images(environment),
+            self.images(environment, &loader),
         )
         .await?;
         let sized = self.fit(&cluster, environment, &images, progress).await?;
         let name = self.namespace(&environment.id);
         // Whether this up wrote anything beyond the probe's own pod and verdict.
         let mut changed = self
-            .namespace_and_policies(environment, &images, &sized, progress)
+            .namespace_and_policies(environment, (&images, &loader), &sized, progress)
             .await?;
         let (addresses, wrote) = self.service_addresses(&sized).await?;
         changed |= wrote;

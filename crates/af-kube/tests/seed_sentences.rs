@@ -416,7 +416,10 @@ fn the_sidecar_accepts_its_rendered_configuration() {
         "127.0.0.1:9901".parse().unwrap(),
         "the control API on the pod's loopback only"
     );
-    assert_eq!(loaded.config.webhooks["web"], "web:8080");
+    assert_eq!(
+        loaded.config.webhooks["web"], "web.af-shop-main.svc.cluster.local:8080",
+        "the sidecar's resolver has no search path: the Service's full name"
+    );
 }
 
 /// "Secret values never appear": a `from_env` value is read from a Secret filled when applied.

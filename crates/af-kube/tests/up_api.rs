@@ -342,6 +342,15 @@ impl af_kube::runtime::ImageWork for RecordedImageWork {
         self.0.lock().unwrap().push(command.join(" "));
         Ok(())
     }
+
+    async fn daemon_id(&self) -> Option<String> {
+        Some("RECORDED:DAEMON".to_string())
+    }
+
+    async fn ensure_engine_image(&self) -> Result<(), af_runtime::RuntimeError> {
+        self.0.lock().unwrap().push("ensure the engine image".to_string());
+        Ok(())
+    }
 }
 
 #[tokio::test]
@@ -369,6 +378,7 @@ async fn on_k3d_built_images_and_the_engine_are_copied_into_the_nodes_once() {
         *work.0.lock().unwrap(),
         [
             "build web from ./image".to_string(),
+            "ensure the engine image".to_string(),
             format!("k3d image import {} -c twins", support::ENGINE_IMAGE),
             "k3d image import af-shop-web:built -c twins".to_string(),
         ],

@@ -424,6 +424,23 @@ pub struct RuntimeError {
     pub kind: RuntimeErrorKind,
 }
 
+/// `1.20` of `v1.20.2`, as the version override takes it; `MAJOR.MINOR` when it cannot be read.
+fn major_minor_of(version: &str) -> String {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major = parts.next().unwrap_or_default();
+    let minor: String = parts
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    if major.is_empty() || !major.chars().all(|c| c.is_ascii_digit()) || minor.is_empty() {
+        "MAJOR.MINOR".to_string()
+    } else {
+        format!("{major}.{minor}")
+    }
+}
+
 impl RuntimeError {
     /// AF-RUN-001: the platform failed `operation` (what af was doing), for `detail`.
     pub fn platform_failed(
@@ -625,7 +642,7 @@ impl RuntimeError {
             RuntimeErrorKind::SidecarConfigInvalid { .. } => "fix each problem named; the configuration format is in docs/sidecar.md".to_string(),
             RuntimeErrorKind::NetlockFailed { .. } => "run it under runc or Kata (gVisor has no netfilter owner match), give its netlock step NET_ADMIN as root, and ship the iptables tools in that step's image (af's engine image carries them); see docs/containment.md".to_string(),
             RuntimeErrorKind::PodWillNotStart { cause, .. } => format!("{}; `af down` removes what was created", cause.next_step()),
-            RuntimeErrorKind::ClusterTooOld { minimum, .. } => format!("use a cluster of Kubernetes {minimum} or later (docs/runtimes.md says why that version); nothing was created"),
+            RuntimeErrorKind::ClusterTooOld { minimum, found } => format!("use a cluster of Kubernetes {minimum} or later (docs/runtimes.md says why that version); nothing was created. For a test cluster whose limits you accept, AF_KUBERNETES_ALLOW_VERSION={} lets af go on with that version and warns at every up", major_minor_of(found)),
             RuntimeErrorKind::EnvValueMissing { .. } => "export each one in the shell that runs af (or change the manifest's `from_env`), then run af up again".to_string(),
             RuntimeErrorKind::MigrationFailed { service, .. } => format!("its own output above says why: fix the migration or its command (services.{service}.migrate) and run af up again, which runs it again; the services it depends on are up (af logs SERVICE), and af down removes everything"),
             RuntimeErrorKind::ImageBuildFailed { context, .. } => format!("fix the build (the builder's last lines are above; `docker build {context}` shows all of it) and run af up again"),

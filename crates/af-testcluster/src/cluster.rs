@@ -22,6 +22,9 @@ use kube::api::{Patch, PatchParams};
 
 use crate::node::{API_RELAY_PORT, Node, NodeConfig, pods::admit};
 
+/// The Services' range, as scripts/control-plane gives the API server.
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+
 /// The cluster's resolver's ClusterIP (`kube-system/kube-dns`), as kind and kubeadm have it.
 pub const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 
@@ -165,6 +168,7 @@ impl TestCluster {
             dns_records: options.dns_records.clone(),
             data_dir: dir.join("node"),
             domain: "cluster.local".to_string(),
+            service_cidr: SERVICE_CIDR.to_string(),
             cluster_dns: IpAddr::V4(CLUSTER_DNS),
         };
         let (thread, gateway, pod_network) = match run_node(config) {

@@ -37,13 +37,40 @@ pub fn supported(git_version: &str) -> Result<(), RuntimeError> {
     }
 }
 
-/// Reads the API server's version and checks it.
-pub async fn check(client: &kube::Client) -> Result<(), RuntimeError> {
+/// The variable that lets af go on with one Kubernetes version older than [`MINIMUM`]
+/// (`major.minor`, as `1.20`): for a test cluster whose version is known, never silently — every
+/// `up` says what it is doing and what does not hold there.
+pub const ALLOW_VARIABLE: &str = "AF_KUBERNETES_ALLOW_VERSION";
+
+/// What af knows not to hold on a cluster older than [`MINIMUM`], said with every allowed `up`.
+const OLDER_LIMITS: &str = "an API server before 1.25 ignores the namespace's Pod Security labels; a kubelet before 1.22 refuses the sidecar's pod (SysctlForbidden) unless it allows net.ipv4.ip_unprivileged_port_start; NetworkPolicy endPort needs 1.25 (docs/runtimes.md, \"Clusters older than 1.30\")";
+
+/// Whether `git_version` may be used: supported, or older and exactly the version `allowed`
+/// names — then the warning to give. Anything else older is refused (AF-RUN-059).
+pub fn judge(git_version: &str, allowed: Option<&str>) -> Result<Option<String>, RuntimeError> {
+    let refused = match supported(git_version) {
+        Ok(()) => return Ok(None),
+        Err(refused) => refused,
+    };
+    let found = major_minor(git_version);
+    match allowed.and_then(|a| major_minor(a).map(|m| (a, m))) {
+        Some((allowed, wanted)) if found == Some(wanted) => Ok(Some(format!(
+            "this cluster runs Kubernetes {git_version}, older than {MINIMUM}, the oldest af supports; {ALLOW_VARIABLE}={allowed} makes af go on anyway. Not proved there: {OLDER_LIMITS}"
+        ))),
+        _ => Err(refused),
+    }
+}
+
+/// Reads the API server's version and judges it; the warning an allowed older version carries.
+pub async fn check(
+    client: &kube::Client,
+    allowed: Option<&str>,
+) -> Result<Option<String>, RuntimeError> {
     let info = client
         .apiserver_version()
         .await
         .map_err(|e| crate::error::api("reading the API server's version", e))?;
-    supported(&info.git_version)
+    judge(&info.git_version, allowed)
 }
 
 #[cfg(test)]
@@ -57,6 +84,36 @@ mod tests {
         assert_eq!(major_minor("v1.31.0-gke.1200"), Some((1, 31)));
         assert_eq!(major_minor("1.33"), Some((1, 33)));
         assert_eq!(major_minor("latest"), None);
+    }
+
+    #[test]
+    fn an_older_version_goes_on_only_when_it_is_the_one_allowed_and_says_so() {
+        let warning = judge("v1.20.2", Some("1.20")).unwrap().unwrap();
+        assert!(warning.contains("v1.20.2"), "{warning}");
+        assert!(
+            warning.contains("AF_KUBERNETES_ALLOW_VERSION=1.20"),
+            "{warning}"
+        );
+        assert!(warning.contains("Pod Security"), "{warning}");
+        assert_eq!(
+            judge("v1.33.1", Some("1.20")).unwrap(),
+            None,
+            "no warning where none is due"
+        );
+        for (found, allowed) in [
+            ("v1.20.2", None),
+            ("v1.20.2", Some("1.21")),
+            ("v1.21.0", Some("1.20")),
+            ("v1.20.2", Some("yes")),
+            ("unknown", Some("1.20")),
+        ] {
+            let err = judge(found, allowed).unwrap_err();
+            assert_eq!(
+                err.code(),
+                af_runtime::RunCode::ClusterTooOld,
+                "{found} {allowed:?}"
+            );
+        }
     }
 
     #[test]

@@ -21,9 +21,9 @@ pub const FILLED_FROM_ANNOTATION: &str = "dev.antifailure.filled-from";
 
 /// The sidecar's configuration: every listener on all of the pod's addresses, outside names
 /// resolved to the sidecar Service's ClusterIP, the environment's own names (its services, and
-/// anything in its namespace) forwarded to the cluster's resolver, webhooks to each service by
-/// name. The control API listens on the pod's loopback only: it is reached through a port-forward
-/// to this pod, never from another pod.
+/// anything in its namespace) forwarded to the cluster's resolver, webhooks to each service at
+/// its Service's full name. The control API listens on the pod's loopback only: it is reached
+/// through a port-forward to this pod, never from another pod.
 pub fn sidecar_config(input: &RenderInput<'_>, namespace: &str) -> SidecarConfig {
     let any = |port: u16| SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
     let mut config = SidecarConfig::new(
@@ -52,14 +52,20 @@ pub fn sidecar_config(input: &RenderInput<'_>, namespace: &str) -> SidecarConfig
         upstream: Some(input.cluster.dns),
         ..DnsConfig::answering(answer_v4, answer_v6)
     });
-    // Each service with a port takes webhooks at its name, which the cluster's resolver knows.
+    // Each service with a port takes webhooks at its Service's full name: the sidecar asks the
+    // cluster's resolver itself, with no search path, and a bare name is no name there (a real
+    // cluster answered `web` with NXDOMAIN).
     config.webhooks = input
         .manifest
         .services
         .values()
         .filter_map(|s| {
-            s.port
-                .map(|port| (s.name.clone(), format!("{}:{port}", s.name)))
+            s.port.map(|port| {
+                (
+                    s.name.clone(),
+                    format!("{}.{namespace}.svc.{}:{port}", s.name, input.cluster.domain),
+                )
+            })
         })
         .collect();
     config.tls_capture = input

@@ -62,6 +62,8 @@ pub struct NodeConfig {
     /// Where Pods' volumes and files are made.
     pub data_dir: PathBuf,
     pub domain: String,
+    /// The Services' range (`--service-cluster-ip-range`), routed into every Pod by way of the node.
+    pub service_cidr: String,
     /// The `kube-dns` Service's ClusterIP, every `ClusterFirst` Pod's resolver.
     pub cluster_dns: IpAddr,
 }

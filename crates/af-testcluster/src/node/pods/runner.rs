@@ -390,13 +390,23 @@ impl Runner {
             .inspect_container(&name, None::<InspectContainerOptions>)
             .await
             .map_err(|e| format!("reading the Pod's sandbox: {e}"))?;
-        inspected
+        let pid = inspected.state.as_ref().and_then(|s| s.pid).unwrap_or(0);
+        let ip = inspected
             .network_settings
             .and_then(|n| n.networks)
             .and_then(|n| n.get(&self.shared.network.name).cloned())
             .and_then(|e| e.ip_address)
             .and_then(|ip| ip.parse().ok())
-            .ok_or_else(|| "the Pod's sandbox has no address on the Pod network".to_string())
+            .ok_or_else(|| "the Pod's sandbox has no address on the Pod network".to_string())?;
+        // The Services' addresses by way of the node, whichever network the default route takes
+        // (a Pod attached to the outside may have its default route there), as a CNI routes them.
+        route_services(
+            pid,
+            &self.shared.config.service_cidr,
+            self.shared.network.gateway,
+        )
+        .await?;
+        Ok(ip)
     }
 
     /// The record of container `index` of `kind`.
@@ -851,6 +861,24 @@ fn back_off_message(wait: Duration, container: &str, context: &PodContext) -> St
         context.namespace,
         context.uid
     )
+}
+
+/// `ip route replace CIDR via GATEWAY` in the network namespace of process `pid`.
+async fn route_services(pid: i64, cidr: &str, gateway: std::net::Ipv4Addr) -> Result<(), String> {
+    let output = tokio::process::Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["ip", "route", "replace", cidr, "via", &gateway.to_string()])
+        .output()
+        .await
+        .map_err(|e| format!("routing the Services into the Pod (nsenter): {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "routing the Services into the Pod: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
 }
 
 /// Kills a container whose liveness or startup probe failed.
