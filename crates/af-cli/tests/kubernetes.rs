@@ -209,3 +209,104 @@ fn the_shop_with_netlock_comes_up_contained_on_a_real_control_plane_and_works_th
         let _ = PostParams::default();
     });
 }
+
+/// What `af up` applied in `namespace`, by the generation of what has one (its status moves its
+/// resource version) and the resource version of the rest (not the probe's own pod, which each
+/// `up` runs again, nor the namespace, which keeps its verdict).
+async fn applied_versions(client: &kube::Client, namespace: &str) -> BTreeMap<String, String> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    async fn of<K>(client: &kube::Client, namespace: &str, out: &mut BTreeMap<String, String>)
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let listed = Api::<K>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default().labels("dev.antifailure.managed=true"))
+            .await
+            .unwrap();
+        for object in listed.items {
+            let meta = object.meta();
+            let version = match meta.generation {
+                Some(generation) => format!("generation {generation}"),
+                None => meta.resource_version.clone().unwrap_or_default(),
+            };
+            out.insert(
+                format!("{}/{}", K::kind(&()), meta.name.clone().unwrap_or_default()),
+                version,
+            );
+        }
+    }
+    let mut out = BTreeMap::new();
+    of::<Deployment>(client, namespace, &mut out).await;
+    of::<Job>(client, namespace, &mut out).await;
+    of::<Service>(client, namespace, &mut out).await;
+    of::<Secret>(client, namespace, &mut out).await;
+    of::<ConfigMap>(client, namespace, &mut out).await;
+    of::<NetworkPolicy>(client, namespace, &mut out).await;
+    out
+}
+
+#[test]
+fn a_second_up_writes_nothing_and_a_changed_migration_replaces_its_finished_job() {
+    use k8s_openapi::api::batch::v1::Job;
+    let tier = Tier::start("again", |_| {});
+    let manifest = shop("again", |m| m);
+    let up = tier.af(&manifest, &["up", "--env", "main"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let namespace = "af-shop-main";
+    let before =
+        runtime().block_on(async { applied_versions(&tier.client().await, namespace).await });
+    assert!(before.contains_key("Job/af-migrate-web"), "{before:?}");
+
+    let again = tier.af(&manifest, &["up", "--env", "main"]);
+    assert!(again.status.success(), "{}", text(&again));
+    let after =
+        runtime().block_on(async { applied_versions(&tier.client().await, namespace).await });
+    assert_eq!(before, after, "an unchanged up writes nothing");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("nothing changed"),
+        "{}",
+        text(&again)
+    );
+
+    // A real API server refuses any change to a Job's pod template (`field is immutable`): the
+    // finished migration Job is replaced, never patched.
+    let first_uid = runtime().block_on(async {
+        Api::<Job>::namespaced(tier.client().await, namespace)
+            .get("af-migrate-web")
+            .await
+            .unwrap()
+            .metadata
+            .uid
+    });
+    std::fs::write(
+        &manifest,
+        std::fs::read_to_string(&manifest).unwrap().replace(
+            r#"migrate: ["/shop", "migrate"]"#,
+            r#"migrate: ["/shop", "migrate", "--second"]"#,
+        ),
+    )
+    .unwrap();
+    let changed = tier.af(&manifest, &["up", "--env", "main"]);
+    assert!(changed.status.success(), "{}", text(&changed));
+    runtime().block_on(async {
+        let job = Api::<Job>::namespaced(tier.client().await, namespace)
+            .get("af-migrate-web")
+            .await
+            .unwrap();
+        assert_ne!(job.metadata.uid, first_uid, "a new Job");
+        let command = job.spec.unwrap().template.spec.unwrap().containers[0]
+            .command
+            .clone()
+            .unwrap();
+        assert_eq!(command, ["/shop", "migrate", "--second"]);
+        assert!(job.status.unwrap().succeeded.unwrap_or(0) > 0, "and it ran");
+    });
+    let down = tier.af(&manifest, &["down", "--env", "main"]);
+    assert!(down.status.success(), "{}", text(&down));
+}

@@ -348,7 +348,10 @@ impl af_kube::runtime::ImageWork for RecordedImageWork {
     }
 
     async fn ensure_engine_image(&self) -> Result<(), af_runtime::RuntimeError> {
-        self.0.lock().unwrap().push("ensure the engine image".to_string());
+        self.0
+            .lock()
+            .unwrap()
+            .push("ensure the engine image".to_string());
         Ok(())
     }
 }

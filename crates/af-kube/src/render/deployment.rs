@@ -53,7 +53,10 @@ fn engine_mount(read_only: bool) -> VolumeMount {
     VolumeMount {
         name: "af-engine".to_string(),
         mount_path: ENGINE_MOUNT.to_string(),
-        read_only: Some(read_only),
+        // `readOnly: false` is not written: the API server keeps no false there (it is the
+        // field's zero value), so the Deployment would never read back as applied and every `up`
+        // would write it again.
+        read_only: read_only.then_some(true),
         ..Default::default()
     }
 }
