@@ -3,7 +3,8 @@
 //! write proves only that the code agrees with itself; the Kubernetes runtime met a real cluster
 //! and failed in six ways such a fake had passed (issue 28). So this one:
 //!
-//! - keeps objects and answers server-side apply, get, list (by label), delete;
+//! - keeps objects and answers server-side apply, get, list (by label), delete; refuses a change
+//!   to a Job's pod template (422, `field is immutable`), as every real API server does;
 //! - fills what the server fills: uid, resourceVersion, creationTimestamp, the defaults of
 //!   Deployments, Jobs, pods and Services, a distinct ClusterIP per Service, and resource
 //!   quantities in their canonical form (`0.5` comes back `500m`);
@@ -339,6 +340,9 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: &[u8])
                     status(409, "AlreadyExists", &format!("{name} already exists")),
                 );
             }
+            if let Some(refusal) = immutable_template(state, &collection, &key, &object) {
+                return refusal;
+            }
             state.writes.push(format!("{method} {collection} {name}"));
             let stored = store(state, &collection, &name, object);
             let code = if method == "POST" { 201 } else { 200 };
@@ -372,6 +376,40 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: &[u8])
         }
         other => panic!("the fake API server does not know {other:?} {path}"),
     }
+}
+
+/// A Job's pod template cannot change once the Job exists: a real API server answers 422
+/// (`spec.template: ... field is immutable`), whatever changed in it.
+fn immutable_template(
+    state: &State,
+    collection: &str,
+    key: &str,
+    object: &Value,
+) -> Option<(u16, Value)> {
+    if !collection.ends_with("/jobs") {
+        return None;
+    }
+    let current = state.objects.get(key)?;
+    let mut sent = object["spec"]["template"].clone();
+    pod_defaults(&mut sent["spec"]);
+    let mut kept = current["spec"]["template"].clone();
+    if let Some(labels) = kept["metadata"]["labels"].as_object_mut() {
+        labels.remove("job-name");
+        labels.remove("controller-uid");
+    }
+    (sent != kept).then(|| {
+        let name = current["metadata"]["name"].as_str().unwrap_or_default();
+        (
+            422,
+            status(
+                422,
+                "Invalid",
+                &format!(
+                    "Job.batch \"{name}\" is invalid: spec.template: Invalid value: core.PodTemplateSpec{{...}}: field is immutable"
+                ),
+            ),
+        )
+    })
 }
 
 fn not_found(collection: &str, name: &str) -> (u16, Value) {
