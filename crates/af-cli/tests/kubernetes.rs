@@ -18,13 +18,16 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 
 /// A control plane, its node, and the outside the node's pods are attached to. Dropped (a failed
-/// test too), all of it is removed.
+/// test too), all of it is removed. One at a time: the outside's hosts have fixed addresses.
 struct Tier {
     cluster: Option<TestCluster>,
     outside: Option<Outside>,
     /// The engine image, which the outside's hosts and every pod's holder run.
     image: String,
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
+
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -35,6 +38,10 @@ fn runtime() -> tokio::runtime::Runtime {
 
 impl Tier {
     fn start(tag: &str, adjust: impl FnOnce(&mut Options)) -> Tier {
+        // A test that failed held it too: the outside it made is gone with it.
+        let turn = TURN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let tag = format!("k{tag}{}", std::process::id() % 10_000);
         let (outside, image) = runtime().block_on(async {
             let docker = af_docker::connect().await.unwrap();
@@ -54,6 +61,7 @@ impl Tier {
             cluster: None,
             outside: Some(outside),
             image,
+            _turn: turn,
         };
         tier.cluster = Some(TestCluster::start(options).unwrap());
         tier
@@ -159,6 +167,19 @@ fn the_shop_with_netlock_comes_up_contained_on_a_real_control_plane_and_works_th
         "the version override is never silent: {}",
         text(&up)
     );
+    // The migration after the services it depends on are ready, web after its migration.
+    let at = |event: &str, detail: &str| {
+        events
+            .iter()
+            .position(|e| {
+                e["event"] == event && e["detail"].as_str().is_some_and(|d| d.contains(detail))
+            })
+            .unwrap_or_else(|| panic!("no {event} {detail}: {}", text(&up)))
+    };
+    assert!(at("step_finished", "every replica of worker") < at("step_started", "af-migrate-web"));
+    assert!(
+        at("step_finished", "af-migrate-web") < at("step_started", "every replica of report, web")
+    );
 
     let status = tier.af(&manifest, &["--json", "status", "--env", "main"]);
     assert!(status.status.success(), "{}", text(&status));
@@ -190,23 +211,26 @@ fn the_shop_with_netlock_comes_up_contained_on_a_real_control_plane_and_works_th
     assert!(inbox.contains("api.payments.example"), "{inbox}");
     assert!(inbox.contains("ada@shop.example"), "{inbox}");
 
+    let log = tier.af(&manifest, &["--json", "net", "log", "--env", "main"]);
+    assert!(log.status.success(), "{}", text(&log));
+    let decisions = json_lines(&log);
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["host"] == "api.payments.example" && d["verdict"] == "capture"),
+        "the payment decided and recorded: {}",
+        text(&log)
+    );
+
     let down = tier.af(&manifest, &["down", "--env", "main"]);
     assert!(down.status.success(), "{}", text(&down));
     runtime().block_on(async {
-        let namespaces: Api<Namespace> = Api::all(tier.client().await);
-        let listed = namespaces.list(&ListParams::default()).await.unwrap();
         assert!(
-            !listed.items.iter().any(|n| n
-                .metadata
-                .name
-                .as_deref()
-                .unwrap_or_default()
-                .starts_with("af-shop")),
+            !namespaces(&tier.client().await)
+                .await
+                .contains(&"af-shop-main".to_string()),
             "af down returns once the namespace is gone"
         );
-        let pods: Api<Pod> = Api::all(tier.client().await);
-        let _ = pods.list(&ListParams::default()).await.unwrap();
-        let _ = PostParams::default();
     });
 }
 
@@ -307,6 +331,170 @@ fn a_second_up_writes_nothing_and_a_changed_migration_replaces_its_finished_job(
         assert_eq!(command, ["/shop", "migrate", "--second"]);
         assert!(job.status.unwrap().succeeded.unwrap_or(0) > 0, "and it ran");
     });
+    let down = tier.af(&manifest, &["down", "--env", "main"]);
+    assert!(down.status.success(), "{}", text(&down));
+}
+
+/// The namespaces of the cluster, by name.
+async fn namespaces(client: &kube::Client) -> Vec<String> {
+    Api::<Namespace>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect()
+}
+
+#[test]
+fn without_netlock_this_node_is_the_decorative_cluster_and_no_service_image_runs() {
+    let tier = Tier::start("open", |_| {});
+    let manifest = shop("open", |m| m.replace("netlock: true", "netlock: false"));
+    let up = tier.af(&manifest, &["up", "--env", "main"]);
+    assert_eq!(up.status.code(), Some(43), "{}", text(&up));
+    let said = String::from_utf8_lossy(&up.stderr).into_owned();
+    // Every route that got out is named: nothing on this node enforces a NetworkPolicy.
+    for route in ["public-tcp", "public-dns", "metadata", "platform-api"] {
+        assert!(said.contains(route), "{route}: {said}");
+    }
+    assert!(said.contains("AF-RUN-043"), "{said}");
+    runtime().block_on(async {
+        let client = tier.client().await;
+        let pods = Api::<Pod>::namespaced(client.clone(), "af-shop-main")
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        let images: Vec<String> = pods
+            .items
+            .iter()
+            .flat_map(|p| p.spec.clone().unwrap_or_default().containers)
+            .filter_map(|c| c.image)
+            .collect();
+        assert!(
+            images.iter().all(|i| i == &tier.image),
+            "only the engine image ran (sidecar, probe): {images:?}"
+        );
+        // The namespace and its policies were made before the probe: af down removes them.
+        assert!(
+            namespaces(&client)
+                .await
+                .contains(&"af-shop-main".to_string())
+        );
+    });
+    let down = tier.af(&manifest, &["down", "--env", "main"]);
+    assert!(down.status.success(), "{}", text(&down));
+
+    // Somebody else's namespace of the environment's name is refused at up and at down.
+    runtime().block_on(async {
+        let foreign: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "af-shop-theirs"}}))
+                .unwrap();
+        Api::<Namespace>::all(tier.client().await)
+            .create(&PostParams::default(), &foreign)
+            .await
+            .unwrap();
+    });
+    let up = tier.af(&manifest, &["up", "--env", "theirs"]);
+    assert_eq!(up.status.code(), Some(45), "{}", text(&up));
+    let down = tier.af(&manifest, &["down", "--env", "theirs"]);
+    assert_eq!(down.status.code(), Some(45), "{}", text(&down));
+    runtime().block_on(async {
+        let namespace = Api::<Namespace>::all(tier.client().await)
+            .get("af-shop-theirs")
+            .await
+            .unwrap();
+        assert!(
+            namespace.metadata.deletion_timestamp.is_none(),
+            "left as it was"
+        );
+    });
+}
+
+#[test]
+fn the_fit_check_counts_the_nodes_allocatable_and_the_pods_on_it_but_not_the_environments_own() {
+    // 5 CPUs; the shop asks 2 × 1.5 for web and a little for each other pod: it fits once, not
+    // twice, and not beside a pod that holds 2.
+    let tier = Tier::start("fit", |options| options.cpu_millis = 5000);
+    let manifest = shop("fit", |m| m.replace("cpu: 250m", "cpu: 1500m"));
+    let filler = |name: &str, cpu: &str| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"automountServiceAccountToken": false, "containers": [{
+                "name": "hold", "image": tier.image, "args": ["hold"],
+                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}
+            }]}
+        }))
+        .unwrap()
+    };
+    runtime().block_on(async {
+        Api::<Pod>::namespaced(tier.client().await, "default")
+            .create(&PostParams::default(), &filler("holds-two", "2"))
+            .await
+            .unwrap();
+    });
+    let up = tier.af(&manifest, &["up", "--env", "main"]);
+    assert_eq!(up.status.code(), Some(47), "{}", text(&up));
+    assert!(
+        String::from_utf8_lossy(&up.stderr).contains("CPU"),
+        "the shortfall is named: {}",
+        text(&up)
+    );
+    runtime().block_on(async {
+        let client = tier.client().await;
+        assert!(
+            !namespaces(&client)
+                .await
+                .contains(&"af-shop-main".to_string()),
+            "nothing was created"
+        );
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        pods.delete("holds-two", &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+        while pods.get_opt("holds-two").await.unwrap().is_some() {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+    });
+    let up = tier.af(&manifest, &["up", "--env", "main"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let again = tier.af(&manifest, &["up", "--env", "main"]);
+    assert!(
+        again.status.success(),
+        "the environment's own pods are not counted against it: {}",
+        text(&again)
+    );
+    let other = tier.af(&manifest, &["up", "--env", "other"]);
+    assert_eq!(
+        other.status.code(),
+        Some(47),
+        "a second environment does not fit beside the first: {}",
+        text(&other)
+    );
+    let down = tier.af(&manifest, &["down", "--env", "main"]);
+    assert!(down.status.success(), "{}", text(&down));
+}
+
+#[test]
+fn a_pod_the_node_refuses_stops_up_at_once_with_the_kubelets_reason() {
+    // A node that allows the sysctls a 1.20 kubelet allows, and not the sidecar's
+    // net.ipv4.ip_unprivileged_port_start (safe from 1.22).
+    let tier = Tier::start("old", |options| {
+        options.safe_sysctls = af_testcluster::node::pods::admit::SAFE_SYSCTLS_1_20
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    });
+    let manifest = shop("old", |m| m);
+    let up = tier.af(&manifest, &["up", "--env", "main"]);
+    // AF-RUN-058 at the refusal, not AF-RUN-063 once the readiness patience (300 s) ran out.
+    assert_eq!(up.status.code(), Some(58), "{}", text(&up));
+    let said = String::from_utf8_lossy(&up.stderr).into_owned();
+    assert!(said.contains("SysctlForbidden"), "{said}");
+    assert!(
+        said.contains("net.ipv4.ip_unprivileged_port_start"),
+        "{said}"
+    );
     let down = tier.af(&manifest, &["down", "--env", "main"]);
     assert!(down.status.success(), "{}", text(&down));
 }
