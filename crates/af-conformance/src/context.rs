@@ -57,12 +57,13 @@ impl<'h> Ctx<'h> {
             .lock()
             .await
             .insert(fixture.to_string(), id.clone());
-        let manifest = af_manifest::parse(manifest, "conformance.yaml").map_err(|invalid| {
+        let mut manifest = af_manifest::parse(manifest, "conformance.yaml").map_err(|invalid| {
             RuntimeError::platform_failed(
                 format!("reading the {fixture} fixture"),
                 format!("{invalid:?}"),
             )
         })?;
+        self.harness.adapt(&mut manifest);
         let environment = Environment {
             id: id.clone(),
             manifest,

@@ -84,6 +84,10 @@ pub trait Harness: Send + Sync {
     fn origin_address(&self) -> String {
         format!("{}:8080", self.outside_hosts().origin.ip)
     }
+    /// What this platform needs every fixture's manifest to say besides what it says: on a
+    /// cluster whose CNI enforces no NetworkPolicy, `runtime.netlock` (without it the probe
+    /// refuses the cluster, rightly, and no behaviour runs). The run's records say it.
+    fn adapt(&self, _manifest: &mut af_manifest::Manifest) {}
     /// Called after every `up` of the suite: gives the environment's way out (its sidecar) the
     /// outside hosts as its "internet".
     async fn after_up(&self, id: &EnvironmentId) -> Result<(), String>;

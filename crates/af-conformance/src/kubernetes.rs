@@ -40,6 +40,11 @@ use crate::text;
 const NAMESPACE_PREFIX: &str = "afc";
 /// The harness's own field manager, for the one object it adds to the cluster's configuration.
 const FIELD_MANAGER: &str = "af-conformance";
+/// How long `up` waits for readiness in a run: a behaviour has four minutes in all, and one
+/// proves that a service never ready stops `up` (af's own patience is five).
+const READINESS_TIMEOUT: Duration = Duration::from_secs(90);
+/// The Kubernetes version of the project's control plane, which af is told to allow.
+const CONTROL_PLANE_VERSION: &str = "1.20";
 /// The key of the resolver's server block; k3s imports `*.server` keys of `coredns-custom`.
 const RESOLVER_KEY: &str = "af-conformance.server";
 /// A pod of the harness: the image is on every node, the routes take seconds.
@@ -56,6 +61,9 @@ pub struct KubeHarness {
     outside: Outside,
     /// The k3d node containers attached to the outside networks.
     nodes: Vec<String>,
+    /// The control plane and node the harness started itself, when it runs on them
+    /// ([`KubeHarness::start_control_plane`]): stopped at [`Harness::close`].
+    control_plane: std::sync::Mutex<Option<af_testcluster::TestCluster>>,
     /// The harness's own namespace (the positive control's pods).
     own_namespace: String,
     scratch: PathBuf,
@@ -94,6 +102,93 @@ impl KubeHarness {
         Ok(harness)
     }
 
+    /// The project's own cluster (issue 47): Kubernetes 1.20's control plane from Debian's
+    /// source (`scripts/control-plane`) and the tests' node (crates/af-testcluster), started here
+    /// with every pod attached to the outside — as a cluster's nodes route to the internet — and
+    /// the fixtures' names in the cluster's DNS. The node enforces no NetworkPolicy: the run is
+    /// one of netlock's. af is told the cluster's version is allowed
+    /// (`AF_KUBERNETES_ALLOW_VERSION`), and builds on the daemon the node runs on.
+    pub async fn start_control_plane(tag: &str) -> Result<KubeHarness, String> {
+        let docker = af_docker::connect().await.map_err(text)?;
+        let image = af_docker::engine_image::ensure(&docker)
+            .await
+            .map_err(text)?;
+        let outside = Outside::create(&docker, &image, tag).await?;
+        let harness = match KubeHarness::on_control_plane(docker, image, outside, tag).await {
+            Ok(harness) => harness,
+            Err((outside, err)) => {
+                outside.remove().await;
+                return Err(err);
+            }
+        };
+        if let Err(err) = harness.own_namespace_and_reach().await {
+            harness.close().await;
+            return Err(err);
+        }
+        Ok(harness)
+    }
+
+    async fn on_control_plane(
+        docker: Docker,
+        image: String,
+        outside: Outside,
+        tag: &str,
+    ) -> Result<KubeHarness, (Outside, String)> {
+        let started = async {
+            let parse = |ip: &str| ip.parse().map_err(|e| format!("{ip}: {e}"));
+            let options = af_testcluster::cluster::Options {
+                uplinks: outside.hosts().map(|h| h.network.clone()).collect(),
+                dns_records: BTreeMap::from([
+                    (ORIGIN_NAME.to_string(), parse(&outside.origin.ip)?),
+                    (REBIND_NAME.to_string(), parse(&outside.operator.ip)?),
+                ]),
+                // The roster's environments stand side by side (the shared ones through the
+                // whole run): the node says it has room for all of them. It limits each
+                // container as asked; their sum is the machine's to carry.
+                cpu_millis: 64_000,
+                memory_bytes: 64 << 30,
+                ..Default::default()
+            };
+            let cluster =
+                tokio::task::spawn_blocking(move || af_testcluster::TestCluster::start(options))
+                    .await
+                    .map_err(text)??;
+            let client = cluster.client().await?;
+            let kubeconfig =
+                kube::config::Kubeconfig::read_from(&cluster.kubeconfig).map_err(text)?;
+            let runtime = KubeRuntime::connect_with(
+                kubeconfig,
+                None,
+                NAMESPACE_PREFIX.to_string(),
+                image.clone(),
+                outside.probe_targets(),
+            )
+            .await
+            .map_err(text)?
+            .with_allowed_version(CONTROL_PLANE_VERSION)
+            .with_readiness_timeout(READINESS_TIMEOUT)
+            .with_image_work(std::sync::Arc::new(DockerImageWork::new(docker.clone())));
+            let scratch =
+                std::env::temp_dir().join(format!("af-conformance-{tag}-{}", std::process::id()));
+            std::fs::create_dir_all(&scratch).map_err(text)?;
+            Ok::<_, String>((cluster, client, runtime, scratch))
+        };
+        match started.await {
+            Ok((cluster, client, runtime, scratch)) => Ok(KubeHarness {
+                docker,
+                client,
+                runtime,
+                image,
+                outside,
+                nodes: Vec::new(),
+                control_plane: std::sync::Mutex::new(Some(cluster)),
+                own_namespace: format!("afc-harness-{tag}"),
+                scratch,
+            }),
+            Err(err) => Err((outside, err)),
+        }
+    }
+
     async fn connect(
         docker: Docker,
         image: String,
@@ -124,8 +219,9 @@ impl KubeHarness {
             Some(address) => runtime.with_ingress_address(address),
             None => runtime,
         };
-        let runtime =
-            runtime.with_image_work(std::sync::Arc::new(DockerImageWork::new(docker.clone())));
+        let runtime = runtime
+            .with_readiness_timeout(READINESS_TIMEOUT)
+            .with_image_work(std::sync::Arc::new(DockerImageWork::new(docker.clone())));
         let config = match kube::Config::infer().await {
             Ok(config) => config,
             Err(err) => return Err((outside, err.to_string())),
@@ -146,6 +242,7 @@ impl KubeHarness {
             image,
             outside,
             nodes: Vec::new(),
+            control_plane: std::sync::Mutex::new(None),
             own_namespace: format!("afc-harness-{tag}"),
             scratch,
         })
@@ -203,6 +300,11 @@ impl KubeHarness {
                 .await
                 .map_err(text)?;
         }
+        self.own_namespace_and_reach().await
+    }
+
+    /// The harness's namespace, and the proof that the cluster routes to the outside.
+    async fn own_namespace_and_reach(&self) -> Result<(), String> {
         let namespace = Namespace {
             metadata: ObjectMeta {
                 name: Some(self.own_namespace.clone()),
@@ -314,6 +416,45 @@ impl KubeHarness {
         asked_outcomes(&output, routes)
     }
 
+    fn runs_on_control_plane(&self) -> bool {
+        self.control_plane
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// What [`KubeHarness::start`] changed in a k3d cluster, undone: the resolver's block, the
+    /// nodes' attachments to the outside.
+    async fn undo_k3d(&self) {
+        // Our key out of the resolver's configuration: applied with no data, our manager owns none.
+        let empty = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "coredns-custom", "namespace": "kube-system"},
+        });
+        let _ = Api::<ConfigMap>::namespaced(self.client.clone(), "kube-system")
+            .patch(
+                "coredns-custom",
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&empty),
+            )
+            .await;
+        for node in &self.nodes {
+            for host in self.outside.hosts() {
+                let _ = self
+                    .docker
+                    .disconnect_network(
+                        &host.network,
+                        bollard::models::NetworkDisconnectRequest {
+                            container: node.clone(),
+                            force: Some(true),
+                        },
+                    )
+                    .await;
+            }
+        }
+    }
+
     fn env_namespace(id: &EnvironmentId) -> String {
         namespace_name(NAMESPACE_PREFIX, id)
     }
@@ -409,11 +550,31 @@ impl Harness for KubeHarness {
         let template = deployments
             .items
             .into_iter()
-            .find_map(|d| d.spec.map(|s| s.template))
-            .ok_or_else(|| format!("no Deployment of service {service} in {namespace}"))?;
+            .find_map(|d| d.spec.map(|s| s.template));
+        let Some(template) = template else {
+            let there: Vec<String> = Api::<Deployment>::namespaced(self.client.clone(), &namespace)
+                .list(&ListParams::default())
+                .await
+                .map_err(text)?
+                .items
+                .into_iter()
+                .filter_map(|d| d.metadata.name)
+                .collect();
+            return Err(format!(
+                "no Deployment of service {service} in {namespace} (there: {there:?})"
+            ));
+        };
         let spec = template.spec.unwrap_or_default();
         self.probe_pod(&namespace, spec, service_rules_labels(id), routes)
             .await
+    }
+
+    fn adapt(&self, manifest: &mut af_manifest::Manifest) {
+        // The project's node enforces no NetworkPolicy (seed 000's decorative-policy cluster):
+        // every pod is locked by netlock, which is what this run proves holds.
+        if self.runs_on_control_plane() {
+            manifest.runtime.netlock = true;
+        }
     }
 
     async fn after_up(&self, _id: &EnvironmentId) -> Result<(), String> {
@@ -536,32 +697,18 @@ impl Harness for KubeHarness {
         let _ = Api::<Namespace>::all(self.client.clone())
             .delete(&self.own_namespace, &DeleteParams::default())
             .await;
-        // Our key out of the resolver's configuration: applied with no data, our manager owns none.
-        let empty = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "coredns-custom", "namespace": "kube-system"},
-        });
-        let _ = Api::<ConfigMap>::namespaced(self.client.clone(), "kube-system")
-            .patch(
-                "coredns-custom",
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Apply(&empty),
-            )
-            .await;
-        for node in &self.nodes {
-            for host in self.outside.hosts() {
-                let _ = self
-                    .docker
-                    .disconnect_network(
-                        &host.network,
-                        bollard::models::NetworkDisconnectRequest {
-                            container: node.clone(),
-                            force: Some(true),
-                        },
-                    )
-                    .await;
+        let control_plane = self
+            .control_plane
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match control_plane {
+            // Stopped before the outside is removed: its pods are attached to the outside's
+            // networks. Stopping it waits on its node's thread and its script.
+            Some(cluster) => {
+                let _ = tokio::task::spawn_blocking(move || drop(cluster)).await;
             }
+            None => self.undo_k3d().await,
         }
         self.outside.remove().await;
         let _ = std::fs::remove_dir_all(&self.scratch);

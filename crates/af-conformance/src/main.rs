@@ -1,7 +1,8 @@
 //! `af-conformance`: run the roster on a runtime and check a run's records.
 //!
-//! - `run --runtime local|kubernetes [--out FILE] [--only TEXT]...`: every behaviour, a JSON line per
-//!   behaviour in FILE, then the reader's check of those lines; exits 0 only when it accepts.
+//! - `run --runtime local|kubernetes [--cluster k3d|control-plane] [--out FILE] [--only TEXT]...`:
+//!   every behaviour, a JSON line per behaviour in FILE, then the reader's check of those lines;
+//!   exits 0 only when it accepts.
 //! - `verdicts FILE --runtime local [--run ID]`: the reader alone, on a file of records.
 //! - `roster`: the behaviours, what each proves, as a Markdown table.
 
@@ -39,6 +40,11 @@ enum Command {
         /// never left out, and a selection that would leave one out is refused.
         #[arg(long)]
         only: Vec<String>,
+        /// Kubernetes only: `k3d`, the kubeconfig's current context (a disposable k3d cluster:
+        /// scripts/k8s-conformance), or `control-plane`, the project's own Kubernetes 1.20 and
+        /// node, started and stopped by the run (scripts/control-plane install first).
+        #[arg(long, default_value = "k3d", value_parser = ["k3d", "control-plane"])]
+        cluster: String,
     },
     /// Check a run's records: every behaviour of the roster once, none failed, no containment
     /// behaviour skipped, the immediate-startup proof passed, one runtime, one run.
@@ -56,11 +62,16 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run { runtime, out, only } => {
+        Command::Run {
+            runtime,
+            out,
+            only,
+            cluster,
+        } => {
             let Ok(tokio) = tokio::runtime::Runtime::new() else {
                 return ExitCode::FAILURE;
             };
-            tokio.block_on(run(&runtime, out, only))
+            tokio.block_on(run(&runtime, &cluster, out, only))
         }
         Command::Verdicts { file, runtime, run } => verdicts(&file, &runtime, run.as_deref()),
         Command::Roster => {
@@ -79,10 +90,13 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(runtime: &str, out: Option<PathBuf>, only: Vec<String>) -> ExitCode {
+async fn run(runtime: &str, cluster: &str, out: Option<PathBuf>, only: Vec<String>) -> ExitCode {
     let run_id = new_run_id();
     let started: Result<Box<dyn Harness>, String> = match runtime {
         "local" => LocalHarness::start(&run_id)
+            .await
+            .map(|h| Box::new(h) as Box<dyn Harness>),
+        "kubernetes" if cluster == "control-plane" => KubeHarness::start_control_plane(&run_id)
             .await
             .map(|h| Box::new(h) as Box<dyn Harness>),
         "kubernetes" => KubeHarness::start(&run_id)

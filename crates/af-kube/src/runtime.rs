@@ -83,6 +83,8 @@ pub struct KubeRuntime {
     /// The one Kubernetes version older than the floor that `up` may use, with a warning
     /// ([`crate::apply::version::ALLOW_VARIABLE`]).
     allowed_version: Option<String>,
+    /// How long `up` waits for a workload to become ready ([`readiness::PATIENCE`]).
+    readiness: Patience,
     capabilities: Capabilities,
 }
 
@@ -117,6 +119,7 @@ impl KubeRuntime {
             probe_targets,
             cluster: Some(cluster),
             allowed_version: None,
+            readiness: readiness::PATIENCE,
             capabilities: Capabilities::new(
                 "kubernetes",
                 [
@@ -135,9 +138,30 @@ impl KubeRuntime {
         }
     }
 
-    /// Connects through the kubeconfig: `context`, or the current one; the cluster's resolver and
-    /// ingress controller are read off it at `up` ([`crate::apply::cluster::discover`]).
+    /// Connects through the kubeconfig (`KUBECONFIG`, or `~/.kube/config`): `context`, or the
+    /// current one; the cluster's resolver and ingress controller are read off it at `up`
+    /// ([`crate::apply::cluster::discover`]).
     pub async fn connect(
+        context: Option<&str>,
+        namespace_prefix: String,
+        engine_image: String,
+        probe_targets: Vec<String>,
+    ) -> Result<KubeRuntime, RuntimeError> {
+        let kubeconfig = kube::config::Kubeconfig::read()
+            .map_err(|e| crate::error::unexpected("reading the kubeconfig", e))?;
+        KubeRuntime::connect_with(
+            kubeconfig,
+            context,
+            namespace_prefix,
+            engine_image,
+            probe_targets,
+        )
+        .await
+    }
+
+    /// [`KubeRuntime::connect`] through the given kubeconfig.
+    pub async fn connect_with(
+        kubeconfig: kube::config::Kubeconfig,
         context: Option<&str>,
         namespace_prefix: String,
         engine_image: String,
@@ -147,8 +171,6 @@ impl KubeRuntime {
             context: context.map(str::to_string),
             ..Default::default()
         };
-        let kubeconfig = kube::config::Kubeconfig::read()
-            .map_err(|e| crate::error::unexpected("reading the kubeconfig", e))?;
         let chosen = context
             .map(str::to_string)
             .or(kubeconfig.current_context.clone())
@@ -185,6 +207,12 @@ impl KubeRuntime {
             .ok()
             .filter(|v| !v.is_empty());
         Ok(runtime)
+    }
+
+    /// Waits at most `timeout` for a workload to become ready (AF-RUN-063 after it).
+    pub fn with_readiness_timeout(mut self, timeout: std::time::Duration) -> KubeRuntime {
+        self.readiness.timeout = timeout;
+        self
     }
 
     /// Lets `up` go on with Kubernetes `version` (`1.20`), older than the floor, warning each time.
@@ -350,8 +378,13 @@ impl KubeRuntime {
         (token, capture): (&str, Option<CaptureInput<'_>>),
     ) -> Result<Rendered, RuntimeError> {
         let commands = BTreeMap::new();
+        // Into the namespace this runtime manages (its prefix), which `status` and `down` read
+        // without a manifest: a caller whose manifest says another prefix (the conformance
+        // harness's fixtures say none) must not split an environment across two namespaces.
+        let mut manifest = environment.manifest.clone();
+        manifest.runtime.namespace_prefix = self.namespace_prefix.clone();
         render(&RenderInput {
-            manifest: &environment.manifest,
+            manifest: &manifest,
             env: &environment.id,
             sidecar_ip,
             service_ips,
@@ -754,7 +787,7 @@ impl KubeRuntime {
                 self.client.clone(),
                 namespace,
                 &[SIDECAR.to_string()],
-                readiness::PATIENCE,
+                self.readiness,
             )
             .await?;
             Ok::<_, RuntimeError>(wrote)
@@ -855,7 +888,7 @@ impl KubeRuntime {
                 progress,
                 Step::Readiness,
                 &format!("every replica of {}", names.join(", ")),
-                readiness::wait(client.clone(), namespace, &names, readiness::PATIENCE),
+                readiness::wait(client.clone(), namespace, &names, self.readiness),
             )
             .await?;
         }

@@ -107,19 +107,43 @@ fn a_pod_the_node_refused_is_named_with_the_kubelets_reason() {
 }
 
 #[test]
-fn ready_means_every_wanted_replica_ready() {
-    let deployment = |wanted: i32, ready: i32| -> Deployment {
-        serde_json::from_value(
-            json!({"metadata": {"name": "web"}, "spec": {"replicas": wanted,
-            "selector": {}, "template": {}}, "status": {"readyReplicas": ready}}),
-        )
+fn ready_means_every_wanted_replica_of_the_current_template_ready_and_no_old_one_left() {
+    // (generation, observed, wanted, replicas of any template, updated, ready)
+    let deployment = |(generation, observed, wanted, total, updated, ready): (
+        i64,
+        i64,
+        i32,
+        i32,
+        i32,
+        i32,
+    )|
+     -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "generation": generation},
+            "spec": {"replicas": wanted, "selector": {}, "template": {}},
+            "status": {"observedGeneration": observed, "replicas": total,
+                       "updatedReplicas": updated, "readyReplicas": ready}
+        }))
         .unwrap()
     };
-    assert!(all_ready(&deployment(3, 3)));
+    assert!(all_ready(&deployment((1, 1, 3, 3, 3, 3))));
     assert!(
-        !all_ready(&deployment(3, 2)),
+        !all_ready(&deployment((1, 1, 3, 3, 3, 2))),
         "a third pod still scheduling is not ready"
     );
+    assert!(
+        !all_ready(&deployment((2, 1, 1, 1, 1, 1))),
+        "its controller has not seen the changed spec yet: the ready pod is the old one"
+    );
+    assert!(
+        !all_ready(&deployment((2, 2, 1, 2, 1, 2))),
+        "the new pod and the old one both ready: the old one still answers behind the Service"
+    );
+    assert!(
+        !all_ready(&deployment((2, 2, 1, 1, 0, 1))),
+        "no pod of the current template yet"
+    );
+    assert!(all_ready(&deployment((2, 2, 1, 1, 1, 1))));
 }
 
 #[test]

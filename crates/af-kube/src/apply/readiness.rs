@@ -240,19 +240,28 @@ pub fn replica_set_problem(replica_set: &ReplicaSet) -> Option<String> {
         })
 }
 
-/// Whether a Deployment has all the replicas it wants ready.
+/// Whether a Deployment has rolled out what it says now: its controller has seen this spec
+/// (`observedGeneration`), every replica it wants runs the current template (`updatedReplicas`),
+/// none of an older template is left (`replicas`, which counts them too), and they are ready. Ready
+/// replicas alone are not enough: while a changed template rolls out, the old pods are still
+/// ready and still behind the Service (a real cluster answered the conformance suite from the
+/// old pod after `up` had returned).
 pub fn all_ready(deployment: &Deployment) -> bool {
     let wanted = deployment
         .spec
         .as_ref()
         .and_then(|s| s.replicas)
         .unwrap_or(1);
-    let ready = deployment
-        .status
-        .as_ref()
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0);
-    ready >= wanted
+    let status = deployment.status.clone().unwrap_or_default();
+    let seen = match (deployment.metadata.generation, status.observed_generation) {
+        (Some(generation), Some(observed)) => observed >= generation,
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    let updated = status.updated_replicas.unwrap_or(0);
+    let total = status.replicas.unwrap_or(0);
+    let ready = status.ready_replicas.unwrap_or(0);
+    seen && updated >= wanted && total <= updated && ready >= wanted
 }
 
 /// Waits until every Deployment named in `names` is ready, or a pod of it says it never will.

@@ -528,6 +528,18 @@ fn store(state: &mut State, collection: &str, name: &str, mut object: Value) -> 
             }
         }
         "deployments" => {
+            // The generation counts the changes of its spec, as the API server counts them.
+            let generation = previous.as_ref().map_or(1, |p| {
+                let before = p["metadata"]["generation"].as_i64().unwrap_or(1);
+                if p["spec"]["template"] == object["spec"]["template"]
+                    && p["spec"]["replicas"] == object["spec"]["replicas"]
+                {
+                    before
+                } else {
+                    before + 1
+                }
+            });
+            object["metadata"]["generation"] = json!(generation);
             let spec = &mut object["spec"];
             default(spec, "replicas", json!(1));
             default(spec, "revisionHistoryLimit", json!(10));
@@ -995,8 +1007,10 @@ fn refresh_statuses(state: &mut State, namespace: &str) {
             i64::try_from(pods_of(state, namespace, "Deployment", &name).count()).unwrap();
         let key = format!("{prefix}{name}");
         let deployment = state.objects.get_mut(&key).unwrap();
+        // The fake rolls a changed template out at once: every pod it has is of the current one.
+        let generation = deployment["metadata"]["generation"].clone();
         deployment["status"] = json!({"replicas": replicas, "readyReplicas": ready,
-            "observedGeneration": 1});
+            "updatedReplicas": replicas, "observedGeneration": generation});
     }
     let prefix = format!("{namespace}/jobs/");
     let jobs: Vec<String> = state
