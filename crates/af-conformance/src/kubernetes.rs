@@ -469,8 +469,9 @@ impl KubeHarness {
 }
 
 /// A pod on `spec` (a service's template, or nothing) whose one container is the engine's probe
-/// with `args`: no init containers (a service's gate waits for a sidecar that may be stopped),
-/// never restarted, the first container's security context kept.
+/// with `args`: of its init containers only the netlock step, which is the service's rules as
+/// much as its policies are (a service's gate is left out: it waits for a sidecar that may be
+/// stopped), never restarted, the first container's security context kept.
 pub fn probe_pod(
     namespace: &str,
     spec: PodSpec,
@@ -486,7 +487,15 @@ pub fn probe_pod(
             ..Default::default()
         },
         spec: Some(PodSpec {
-            init_containers: None,
+            init_containers: spec
+                .init_containers
+                .clone()
+                .map(|init| {
+                    init.into_iter()
+                        .filter(|c| c.name == af_kube::render::names::NETLOCK)
+                        .collect::<Vec<_>>()
+                })
+                .filter(|kept| !kept.is_empty()),
             restart_policy: Some("Never".to_string()),
             containers: vec![Container {
                 name: "af-probe".to_string(),
@@ -542,28 +551,15 @@ impl Harness for KubeHarness {
         // The service's own pod rules (its template: resolver, security, labels the policies
         // select on), without its gate — the sidecar it waits for is stopped — and with a role no
         // controller selects, so no ReplicaSet adopts the pod.
+        // A service's Deployment is named after it (its labels are the environment's: the
+        // service's name is on its pods).
         let namespace = KubeHarness::env_namespace(id);
-        let deployments = Api::<Deployment>::namespaced(self.client.clone(), &namespace)
-            .list(&ListParams::default().labels(&format!("{SERVICE_LABEL}={service}")))
+        let template = Api::<Deployment>::namespaced(self.client.clone(), &namespace)
+            .get_opt(service)
             .await
-            .map_err(text)?;
-        let template = deployments
-            .items
-            .into_iter()
-            .find_map(|d| d.spec.map(|s| s.template));
-        let Some(template) = template else {
-            let there: Vec<String> = Api::<Deployment>::namespaced(self.client.clone(), &namespace)
-                .list(&ListParams::default())
-                .await
-                .map_err(text)?
-                .items
-                .into_iter()
-                .filter_map(|d| d.metadata.name)
-                .collect();
-            return Err(format!(
-                "no Deployment of service {service} in {namespace} (there: {there:?})"
-            ));
-        };
+            .map_err(text)?
+            .and_then(|d| d.spec.map(|s| s.template))
+            .ok_or_else(|| format!("no Deployment of service {service} in {namespace}"))?;
         let spec = template.spec.unwrap_or_default();
         self.probe_pod(&namespace, spec, service_rules_labels(id), routes)
             .await
@@ -721,7 +717,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodDNSConfig, SecurityContext};
 
     #[test]
-    fn a_probe_pod_keeps_the_service_rules_and_drops_the_gate() {
+    fn a_probe_pod_keeps_the_service_rules_and_its_lock_and_drops_the_gate() {
         let template = PodSpec {
             dns_policy: Some("None".into()),
             dns_config: Some(PodDNSConfig {
@@ -729,10 +725,16 @@ mod tests {
                 ..Default::default()
             }),
             automount_service_account_token: Some(false),
-            init_containers: Some(vec![Container {
-                name: "af-gate".into(),
-                ..Default::default()
-            }]),
+            init_containers: Some(vec![
+                Container {
+                    name: af_kube::render::names::NETLOCK.into(),
+                    ..Default::default()
+                },
+                Container {
+                    name: "af-gate".into(),
+                    ..Default::default()
+                },
+            ]),
             containers: vec![Container {
                 name: "app".into(),
                 security_context: Some(SecurityContext {
@@ -753,7 +755,14 @@ mod tests {
             vec!["probe".into()],
         );
         let spec = pod.spec.unwrap();
-        assert!(spec.init_containers.is_none(), "no gate");
+        let init: Vec<String> = spec
+            .init_containers
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(init, [af_kube::render::names::NETLOCK], "its lock, no gate");
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         assert_eq!(spec.dns_policy.as_deref(), Some("None"));
         assert_eq!(

@@ -315,7 +315,10 @@ fn main() -> ExitCode {
             hold()
         }
         Command::Cron { schedule, command } => match af_manifest::parse_cron(&schedule) {
-            Ok(schedule) => cron::run(&schedule, &command),
+            Ok(schedule) => {
+                exit_on_terminate();
+                cron::run(&schedule, &command)
+            }
             Err(why) => {
                 eprintln!("af-proxy cron: {schedule:?} is not a schedule: {why}");
                 ExitCode::from(2)
@@ -368,6 +371,7 @@ fn main() -> ExitCode {
                 announce,
                 listen_after: Duration::from_millis(listen_after_ms),
             };
+            exit_on_terminate();
             match af_guard::agent::serve(&settings) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
@@ -530,6 +534,24 @@ fn hold() -> ExitCode {
 }
 
 /// Reports a kernel-filter step: the JSON report on success, AF-RUN-051 otherwise.
+/// Exits at SIGTERM. A program that is its container's first process and handles no signal
+/// ignores SIGTERM (the kernel gives the first process of a namespace no default action), so its
+/// pod would stop only when its grace period ran out and SIGKILL came: the scheduler and the
+/// agent stop when asked. The signal is blocked for every thread (they inherit it) and one waits
+/// for it.
+fn exit_on_terminate() {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    if set.thread_block().is_ok() {
+        std::thread::spawn(move || {
+            if set.wait().is_ok() {
+                std::process::exit(0);
+            }
+        });
+    }
+}
+
 fn netlock(
     result: Result<af_guard::netlock::NetlockReport, af_guard::netlock::NetlockError>,
     place: &str,

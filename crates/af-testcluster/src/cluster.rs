@@ -192,8 +192,44 @@ impl TestCluster {
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
-        runtime.block_on(cluster.add_ons())?;
+        runtime.block_on(async {
+            cluster.add_ons().await?;
+            cluster.schedulable().await
+        })?;
         Ok(cluster)
+    }
+
+    /// Waits until the scheduler may place pods on the node: the node lifecycle controller taints
+    /// a node `not-ready` until it has seen it Ready, and a pod made before that is Unschedulable.
+    async fn schedulable(&self) -> Result<(), String> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client().await?);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let node = nodes
+                .get(&self.node_name)
+                .await
+                .map_err(|e| format!("reading Node {}: {e}", self.node_name))?;
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let tainted = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| !t.is_empty());
+            if ready && !tainted {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "Node {} was not ready and untainted within 120 s: {:?}",
+                    self.node_name, node.spec
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
     }
 
     /// A client with the admin's identity.
