@@ -42,7 +42,7 @@ const NAMESPACE_PREFIX: &str = "afc";
 const FIELD_MANAGER: &str = "af-conformance";
 /// How long `up` waits for readiness in a run: a behaviour has four minutes in all, and one
 /// proves that a service never ready stops `up` (af's own patience is five).
-const READINESS_TIMEOUT: Duration = Duration::from_secs(90);
+const READINESS_TIMEOUT: Duration = Duration::from_secs(60);
 /// The Kubernetes version of the project's control plane, which af is told to allow.
 const CONTROL_PLANE_VERSION: &str = "1.20";
 /// The key of the resolver's server block; k3s imports `*.server` keys of `coredns-custom`.
