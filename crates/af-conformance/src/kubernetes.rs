@@ -83,11 +83,7 @@ impl KubeHarness {
     /// the outside, attaches the nodes to it, gives the resolver the fixtures' names and copies
     /// the engine image into the nodes. `tag` keeps the harness's objects apart.
     pub async fn start(tag: &str) -> Result<KubeHarness, String> {
-        let docker = af_docker::connect().await.map_err(text)?;
-        let image = af_docker::engine_image::ensure(&docker)
-            .await
-            .map_err(text)?;
-        let outside = Outside::create(&docker, &image, tag).await?;
+        let (docker, image, outside) = outside(tag).await?;
         let mut harness = match KubeHarness::connect(docker.clone(), image, outside, tag).await {
             Ok(harness) => harness,
             Err((outside, err)) => {
@@ -109,11 +105,7 @@ impl KubeHarness {
     /// one of netlock's. af is told the cluster's version is allowed
     /// (`AF_KUBERNETES_ALLOW_VERSION`), and builds on the daemon the node runs on.
     pub async fn start_control_plane(tag: &str) -> Result<KubeHarness, String> {
-        let docker = af_docker::connect().await.map_err(text)?;
-        let image = af_docker::engine_image::ensure(&docker)
-            .await
-            .map_err(text)?;
-        let outside = Outside::create(&docker, &image, tag).await?;
+        let (docker, image, outside) = outside(tag).await?;
         let harness = match KubeHarness::on_control_plane(docker, image, outside, tag).await {
             Ok(harness) => harness,
             Err((outside, err)) => {
@@ -466,6 +458,16 @@ impl KubeHarness {
             .map(|l| l.items)
             .map_err(text)
     }
+}
+
+/// The daemon, the engine image (built there when missing) and the outside made with it.
+async fn outside(tag: &str) -> Result<(Docker, String, Outside), String> {
+    let docker = af_docker::connect().await.map_err(text)?;
+    let image = af_docker::engine_image::ensure(&docker)
+        .await
+        .map_err(text)?;
+    let outside = Outside::create(&docker, &image, tag).await?;
+    Ok((docker, image, outside))
 }
 
 /// A pod on `spec` (a service's template, or nothing) whose one container is the engine's probe

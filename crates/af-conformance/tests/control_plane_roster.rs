@@ -7,7 +7,7 @@
 //! Needs the control plane (`scripts/control-plane install`, which `.ci/install` runs), the Docker
 //! daemon and the static engine binary; without them this fails, saying so. It is never skipped.
 
-use std::process::Command;
+mod support;
 
 #[test]
 fn the_whole_roster_passes_on_the_projects_control_plane_and_the_reader_accepts_it() {
@@ -15,38 +15,11 @@ fn the_whole_roster_passes_on_the_projects_control_plane_and_the_reader_accepts_
         "af-conformance-control-plane-{}.jsonl",
         std::process::id()
     ));
-    let run = Command::new(env!("CARGO_BIN_EXE_af-conformance"))
-        .args([
-            "run",
-            "--runtime",
-            "kubernetes",
-            "--cluster",
-            "control-plane",
-            "--out",
-        ])
-        .arg(&out)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let progress = String::from_utf8_lossy(&run.stderr);
-    eprintln!("{progress}");
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "the run: {progress}{}",
-        String::from_utf8_lossy(&run.stdout)
+    let summary = support::run_and_read(
+        &["--runtime", "kubernetes", "--cluster", "control-plane"],
+        "kubernetes",
+        &out,
     );
-
-    let check = Command::new(env!("CARGO_BIN_EXE_af-conformance"))
-        .args(["verdicts"])
-        .arg(&out)
-        .args(["--runtime", "kubernetes"])
-        .output()
-        .unwrap();
-    let summary = String::from_utf8_lossy(&check.stdout).trim().to_string();
-    eprintln!("reader: {summary}");
-    assert_eq!(check.status.code(), Some(0), "{summary}");
-    assert!(summary.contains(" passed, 0 failed, "), "{summary}");
     // Skipped by name, and only what the Kubernetes runtime does not do: the local half of the
     // readiness difference, and the databases it refuses (AF-RUN-044).
     assert!(

@@ -5,42 +5,21 @@
 //! Needs the Docker daemon and the static engine binary (`scripts/build-engine`, which
 //! `.ci/test` runs); without them this fails, saying so. It is never skipped.
 
+mod support;
+
 use std::process::Command;
 
 #[test]
 fn the_whole_roster_passes_on_the_local_runtime_and_the_reader_accepts_it() {
     let out =
         std::env::temp_dir().join(format!("af-conformance-local-{}.jsonl", std::process::id()));
-    let run = Command::new(env!("CARGO_BIN_EXE_af-conformance"))
-        .args(["run", "--runtime", "local", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let progress = String::from_utf8_lossy(&run.stderr);
-    eprintln!("{progress}");
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "the run: {progress}{}",
-        String::from_utf8_lossy(&run.stdout)
-    );
-
-    let check = Command::new(env!("CARGO_BIN_EXE_af-conformance"))
-        .args(["verdicts"])
-        .arg(&out)
-        .args(["--runtime", "local"])
-        .output()
-        .unwrap();
-    let summary = String::from_utf8_lossy(&check.stdout).trim().to_string();
-    eprintln!("reader: {summary}");
-    assert_eq!(check.status.code(), Some(0), "{summary}");
+    let summary = support::run_and_read(&["--runtime", "local"], "local", &out);
     let passed: usize = summary
         .split(' ')
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{summary}"));
     assert!(passed >= 40, "{summary}");
-    assert!(summary.contains(" passed, 0 failed, "), "{summary}");
     // The one skip is the Kubernetes half of the documented readiness difference, by name.
     assert!(
         summary.ends_with("1 skipped (readiness_health_status_must_be_2xx_or_3xx)"),

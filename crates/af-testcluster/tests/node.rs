@@ -88,6 +88,23 @@ impl Fixture {
     }
 }
 
+/// The Docker containers the node made for `pod`, by the label it puts on each.
+async fn containers_of(pod: &Pod) -> Vec<bollard::models::ContainerSummary> {
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+    docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(std::collections::HashMap::from([(
+                "label".to_string(),
+                vec![format!("dev.antifailure.testnode.pod-uid={uid}")],
+            )])),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+}
+
 fn ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -326,25 +343,13 @@ async fn a_pod_the_node_refuses_fails_with_the_kubelets_reason_and_nothing_of_it
             p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
         })
         .await;
-    let status = pod.status.unwrap();
+    let status = pod.status.clone().unwrap();
     assert_eq!(status.reason.as_deref(), Some("SysctlForbidden"));
     assert_eq!(
         status.message.as_deref(),
         Some("Pod forbidden sysctl: \"kernel.msgmax\" not whitelisted")
     );
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let uid = pod.metadata.uid.unwrap();
-    let made = docker
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some(std::collections::HashMap::from([(
-                "label".to_string(),
-                vec![format!("dev.antifailure.testnode.pod-uid={uid}")],
-            )])),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
+    let made = containers_of(&pod).await;
     assert!(
         made.is_empty(),
         "nothing of a refused Pod is made: {made:?}"
@@ -439,19 +444,7 @@ async fn a_deleted_pod_is_stopped_removed_from_the_daemon_and_gone_from_the_api(
     while let Some(line) = tokio::time::timeout(PATIENCE, lines.next()).await.unwrap() {
         line.unwrap();
     }
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let uid = pod.metadata.uid.unwrap();
-    let left = docker
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some(std::collections::HashMap::from([(
-                "label".to_string(),
-                vec![format!("dev.antifailure.testnode.pod-uid={uid}")],
-            )])),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
+    let left = containers_of(&pod).await;
     assert!(left.is_empty(), "{left:?}");
     let listed = f.pods().list(&ListParams::default()).await.unwrap();
     assert!(listed.items.is_empty());

@@ -85,7 +85,6 @@ async fn wait_for_deletion(mut updates: watch::Receiver<Pod>) -> Ending {
 struct Live {
     /// The Docker id of the current instance.
     id: Option<String>,
-    started: Option<Instant>,
     /// When to (re)start it; `None`: not waiting to.
     start_at: Option<Instant>,
     backoff: Option<Duration>,
@@ -500,15 +499,7 @@ impl Runner {
         let name = self.context.container_name(&container.name, instance);
         let docker = &self.shared.docker;
         // A leftover of the same instance (a start that failed half-way) goes first.
-        let _ = docker
-            .remove_container(
-                &name,
-                Some(RemoveContainerOptions {
-                    force: true,
-                    ..Default::default()
-                }),
-            )
-            .await;
+        remove(docker, &name).await;
         let created = docker
             .create_container(
                 Some(CreateContainerOptions {
@@ -530,16 +521,11 @@ impl Runner {
         }
         // Instances before the previous one are of no more use (`previous` logs read the last).
         if instance >= 2 {
-            let old = self.context.container_name(&container.name, instance - 2);
-            let _ = docker
-                .remove_container(
-                    &old,
-                    Some(RemoveContainerOptions {
-                        force: true,
-                        ..Default::default()
-                    }),
-                )
-                .await;
+            remove(
+                docker,
+                &self.context.container_name(&container.name, instance - 2),
+            )
+            .await;
         }
         let record = self.record(kind, index);
         record.container_id = Some(format!("docker://{}", created.id));
@@ -648,7 +634,6 @@ impl Runner {
                 live.startup = tally(&container.startup_probe);
                 live.liveness = tally(&container.liveness_probe);
                 live.readiness = tally(&container.readiness_probe);
-                live.started = Some(started);
                 live.id = Some(id.clone());
                 let record = self.record(Kind::App, index);
                 record.started = container.startup_probe.is_none();
@@ -785,19 +770,8 @@ impl Runner {
                     .await;
             });
         futures_util::future::join_all(stops).await;
-        for container in &containers {
-            if let Some(id) = &container.id {
-                let _ = docker
-                    .remove_container(
-                        id,
-                        Some(RemoveContainerOptions {
-                            force: true,
-                            v: true,
-                            ..Default::default()
-                        }),
-                    )
-                    .await;
-            }
+        for id in containers.iter().filter_map(|c| c.id.as_deref()) {
+            remove(docker, id).await;
         }
         let volumes = bollard::query_parameters::ListVolumesOptions {
             filters: Some(std::collections::HashMap::from([(
@@ -879,6 +853,20 @@ async fn route_services(pid: i64, cidr: &str, gateway: std::net::Ipv4Addr) -> Re
             String::from_utf8_lossy(&output.stderr).trim()
         ))
     }
+}
+
+/// Removes container `name` (and its anonymous volumes), running or not; gone already is fine.
+async fn remove(docker: &bollard::Docker, name: &str) {
+    let _ = docker
+        .remove_container(
+            name,
+            Some(RemoveContainerOptions {
+                force: true,
+                v: true,
+                ..Default::default()
+            }),
+        )
+        .await;
 }
 
 /// Kills a container whose liveness or startup probe failed.
